@@ -1,0 +1,1 @@
+"""Courier: the admission side (API, store, service, client, CLI); no Celery worker code."""

@@ -1,0 +1,250 @@
+"""The HTTP API of API.md: thin FastAPI handlers over the service modules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import redis.exceptions
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from messaging import directory, reading, sending
+from messaging.auth import Caller, authenticate
+from messaging.config import Settings, get_settings
+from messaging.dispatch import BatchPublisher, Publisher
+from messaging.errors import CourierError, store_unavailable
+from messaging.models import AgentIn, InboxQuery, PresenceIn, ProjectIn, ReplyIn, SendIn, field_path
+from messaging.store.store import Store
+
+# JSON escapes may make a body up to six times its text; the rest is headroom.
+REQUEST_BYTES_FACTOR = 6
+REQUEST_BYTES_HEADROOM = 64 * 1024
+
+
+@dataclass
+class Services:
+    """What the handlers need, built once per process."""
+
+    settings: Settings
+    store: Store
+    publisher: BatchPublisher
+    operator_token: str
+
+
+def services(request: Request) -> Services:
+    """The process's services."""
+    found: Services = request.app.state.services
+    return found
+
+
+async def caller(request: Request) -> Caller:
+    """The caller of this request, from its bearer token."""
+    svc = services(request)
+    return await authenticate(svc.store, svc.operator_token, request.headers.get("authorization"))
+
+
+Svc = Annotated[Services, Depends(services)]
+Who = Annotated[Caller, Depends(caller)]
+
+
+def ok(body: dict[str, Any], status: int = 200) -> JSONResponse:
+    """A JSON answer."""
+    return JSONResponse(body, status_code=status)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Open the store and start the publisher; close both at shutdown."""
+    settings = get_settings()
+    publisher = BatchPublisher(Publisher(settings))
+    publisher.start()
+    svc = Services(settings, Store.from_url(settings.store_url), publisher,
+                   settings.resolve_operator_token())
+    app.state.services = svc
+    try:
+        yield
+    finally:
+        publisher.stop()
+        await svc.store.close()
+
+
+class BodyLimit:
+    """Refuses a request body far larger than the largest message allowed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        limit = get_settings().max_body_bytes
+        self.max_bytes = limit * REQUEST_BYTES_FACTOR + REQUEST_BYTES_HEADROOM
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                    err = CourierError("BODY_TOO_LARGE", "the request body is too large",
+                                       {"max_bytes": self.max_bytes})
+                    await ok(err.body(), err.status)(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+app = FastAPI(title="Courier", version="1", lifespan=lifespan)
+app.add_middleware(BodyLimit)
+
+
+@app.exception_handler(CourierError)
+async def _courier_error(request: Request, exc: CourierError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+@app.exception_handler(RequestValidationError)
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [
+        {"field": field_path(tuple(e["loc"])), "message": e["msg"], "type": e["type"]}
+        for e in exc.errors()
+    ]
+    first = errors[0] if errors else {"field": "body", "message": "invalid request"}
+    err = CourierError(
+        "INVALID_ARGUMENT", f"{first['field']}: {first['message']}",
+        {"field": first["field"], "errors": errors},
+    )
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+@app.exception_handler(redis.exceptions.ConnectionError)
+@app.exception_handler(redis.exceptions.TimeoutError)
+async def _store_down(request: Request, exc: Exception) -> JSONResponse:
+    err = store_unavailable()
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+# operations
+
+
+@app.get("/healthz")
+async def healthz() -> PlainTextResponse:
+    """The process is up."""
+    return PlainTextResponse("ok\n")
+
+
+@app.get("/readyz")
+async def readyz(svc: Svc) -> JSONResponse:
+    """The store answers and the last publish reached the broker."""
+    try:
+        store_ok = await svc.store.ping()
+    except redis.exceptions.RedisError:
+        store_ok = False
+    ready = store_ok and svc.publisher.broker_ok
+    return ok({"ready": ready, "store": store_ok, "broker": svc.publisher.broker_ok},
+              200 if ready else 503)
+
+
+# projects and agents
+
+
+@app.post("/v1/projects", status_code=201)
+async def create_project(body: ProjectIn, svc: Svc, who: Who) -> JSONResponse:
+    """Create a project (operator)."""
+    return ok(await directory.create_project(svc.store, who, body), 201)
+
+
+@app.post("/v1/projects/{project_id}/agents", status_code=201)
+async def register_agent(project_id: str, body: AgentIn, svc: Svc, who: Who) -> JSONResponse:
+    """Register an agent (project token)."""
+    return ok(await directory.register_agent(svc.store, svc.settings, who, project_id, body), 201)
+
+
+@app.get("/v1/projects/{project_id}/agents")
+async def list_agents(project_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The project's agents."""
+    return ok(await directory.list_agents(svc.store, who, project_id))
+
+
+@app.post("/v1/projects/{project_id}/agents/{agent_id}/retire")
+async def retire_agent(project_id: str, agent_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """No new mail for this agent."""
+    return ok(await directory.set_status(svc.store, who, project_id, agent_id, "retired"))
+
+
+@app.post("/v1/projects/{project_id}/agents/{agent_id}/close")
+async def close_agent(project_id: str, agent_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The agent's host conversation is gone for good."""
+    return ok(await directory.set_status(svc.store, who, project_id, agent_id, "closed"))
+
+
+@app.put("/v1/agents/me/presence")
+async def presence(body: PresenceIn, svc: Svc, who: Who) -> JSONResponse:
+    """What the agent's host says of it."""
+    return ok(await directory.set_presence(svc.store, who, body))
+
+
+# messages
+
+
+@app.post("/v1/messages", status_code=201)
+async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
+    """Admit a message."""
+    sent = await sending.send(svc.store, svc.settings, svc.publisher, who, body)
+    return ok(sent.body, sent.status)
+
+
+@app.post("/v1/messages/{message_id}/reply", status_code=201)
+async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
+    """Reply in the message's thread, to its sender."""
+    sent = await sending.reply(svc.store, svc.settings, svc.publisher, who, message_id, body)
+    return ok(sent.body, sent.status)
+
+
+@app.get("/v1/messages/{message_id}")
+async def get_message(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """One message, as the caller may see it."""
+    return ok(await reading.get_message(svc.store, who, message_id))
+
+
+@app.post("/v1/messages/{message_id}/read")
+async def mark_read(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Mark a received message read."""
+    return ok(await reading.mark(svc.store, who, message_id, "read"))
+
+
+@app.post("/v1/messages/{message_id}/ack")
+async def mark_ack(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Acknowledge a received message."""
+    return ok(await reading.mark(svc.store, who, message_id, "ack"))
+
+
+@app.get("/v1/messages/{message_id}/deliveries")
+async def message_deliveries(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The deliveries of one message."""
+    return ok(await reading.message_deliveries(svc.store, who, message_id))
+
+
+@app.get("/v1/threads/{thread_id}")
+async def get_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """A thread's messages the caller may see."""
+    return ok(await reading.get_thread(svc.store, who, thread_id))
+
+
+@app.get("/v1/agents/me/inbox")
+async def get_inbox(q: Annotated[InboxQuery, Query()], svc: Svc, who: Who) -> JSONResponse:
+    """A page of the caller's inbox."""
+    return ok(await reading.inbox(svc.store, who, q))
+
+
+# deliveries
+
+
+@app.get("/v1/deliveries/{delivery_id}")
+async def get_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """What happened to one delivery, stage by stage."""
+    return ok(await reading.get_delivery(svc.store, who, delivery_id))
+
+
+@app.post("/v1/deliveries/{delivery_id}/observed")
+async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The recipient's host showed this delivery."""
+    return ok(await reading.observed(svc.store, who, delivery_id))

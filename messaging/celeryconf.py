@@ -1,0 +1,68 @@
+"""Celery settings shared by the API (which publishes) and the workers.
+
+Kept here, not in ``workers``, because the API publishes tasks by name and
+must not import worker code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Exchange, Queue
+
+from messaging.config import Settings
+
+DELIVER_TASK = "courier.deliver"
+SWEEP_TASK = "courier.sweep"
+SWEEP_QUEUE = "courier.sweep"
+TRANSPORTS = ("inbox", "webhook")
+
+# A task may run at most this long; the webhook timeout sits well inside it.
+TASK_TIME_LIMIT_S = 300
+# The Redis transport re-delivers an unacked task after this long. It must
+# exceed the hard time limit, or a slow task would run twice at once.
+VISIBILITY_TIMEOUT_S = 2 * TASK_TIME_LIMIT_S
+# Publishing gives up quickly: the outbox keeps what was not published.
+PUBLISH_TIMEOUT_S = 2.0
+
+
+def queue_for(transport: str) -> str:
+    """The queue of one transport's deliveries."""
+    return f"deliver.{transport}"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery configuration of this deployment."""
+    names = [queue_for(t) for t in TRANSPORTS] + [SWEEP_QUEUE]
+    queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
+    return {
+        "broker_url": settings.celery_broker_url,
+        "broker_connection_timeout": PUBLISH_TIMEOUT_S,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            "socket_timeout": PUBLISH_TIMEOUT_S,
+            "socket_connect_timeout": PUBLISH_TIMEOUT_S,
+        },
+        "task_queues": queues,
+        "task_default_queue": queue_for("inbox"),
+        "task_routes": {SWEEP_TASK: {"queue": SWEEP_QUEUE}},
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        # Outcomes live in Courier's store, never in a result backend.
+        "task_ignore_result": True,
+        "result_backend": None,
+        # A task is acknowledged after it ran, and put back if its process died:
+        # the dispatch lease makes a second run harmless.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_time_limit": TASK_TIME_LIMIT_S,
+        "task_soft_time_limit": TASK_TIME_LIMIT_S - 30,
+        "task_publish_retry": False,
+        "worker_prefetch_multiplier": 1,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "beat_schedule": {
+            "sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_interval_s},
+        },
+    }

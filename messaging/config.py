@@ -1,0 +1,110 @@
+"""Settings, read from the environment with the prefix ``COURIER_`` (see API.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OPERATOR_TOKEN_FILE = "operator-token"
+EMBEDDED_URL_FILE = "store-url"
+
+
+class Settings(BaseSettings):
+    """Everything Courier reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="COURIER_", extra="ignore")
+
+    redis_url: str | None = None
+    broker_url: str | None = None
+    data_dir: Path = Path(".courier")
+    host: str = "127.0.0.1"
+    port: int = 8787
+    embedded_port: int = 6399
+    flower_port: int = 5555
+    operator_token: str | None = None
+    max_body_bytes: int = Field(default=1_048_576, ge=1)
+    webhook_allow: str = "127.0.0.0/8,::1"
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_retry_schedule_s: str = "1,5,30,300,1800"
+    rate_limit_per_s: float = Field(default=200.0, ge=0)
+    # How long a delivery may sit admitted before the sweeper publishes it again.
+    outbox_grace_s: float = Field(default=15.0, gt=0)
+    # How often beat runs the sweeper.
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+    # How long a worker owns an inbox delivery before another may finish it.
+    inbox_lease_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("webhook_retry_schedule_s")
+    @classmethod
+    def _schedule_parses(cls, value: str) -> str:
+        parse_schedule(value)
+        return value
+
+    @property
+    def store_url(self) -> str:
+        """The store's URL: the configured one, or the embedded server's."""
+        if self.redis_url:
+            return self.redis_url
+        return f"redis://127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker's URL; the store's when unset."""
+        return self.broker_url or self.store_url
+
+    @property
+    def embedded(self) -> bool:
+        """True when Courier runs its own Valkey server."""
+        return not self.redis_url
+
+    @property
+    def retry_schedule_s(self) -> list[float]:
+        """Waits between attempts that failed before hand-off, in seconds."""
+        return parse_schedule(self.webhook_retry_schedule_s)
+
+    @property
+    def webhook_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network | str]:
+        """The allow-list: networks, or host names matched exactly."""
+        out: list[ipaddress.IPv4Network | ipaddress.IPv6Network | str] = []
+        for item in filter(None, (part.strip() for part in self.webhook_allow.split(","))):
+            try:
+                out.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                out.append(item.lower())
+        return out
+
+    def resolve_operator_token(self) -> str:
+        """The operator token: configured, or generated once into the data dir."""
+        if self.operator_token:
+            return self.operator_token
+        path = self.data_dir / OPERATOR_TOKEN_FILE
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        token = "cop_" + secrets.token_urlsafe(32)
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        return token
+
+
+def parse_schedule(value: str) -> list[float]:
+    """Parse a comma list of non-negative seconds.
+
+    Raises:
+        ValueError: an item is not a non-negative number.
+    """
+    out = [float(part) for part in value.split(",") if part.strip()]
+    if any(wait < 0 for wait in out):
+        raise ValueError("retry waits must be >= 0")
+    return out
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()

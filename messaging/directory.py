@@ -1,0 +1,152 @@
+"""Projects and agents: creation, registration, listing, retire, close, presence."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+from urllib.parse import urlsplit
+
+from messaging import ids
+from messaging.auth import Caller
+from messaging.config import Settings
+from messaging.errors import CourierError, invalid, not_found
+from messaging.models import AgentIn, PresenceIn, ProjectIn
+from messaging.store.store import Store
+from messaging.timefmt import now_us
+from messaging.views import agent_row
+
+Json = dict[str, Any]
+
+
+async def create_project(store: Store, caller: Caller, body: ProjectIn) -> Json:
+    """Create a project and its token (shown once).
+
+    Raises:
+        CourierError: FORBIDDEN unless operator; PROJECT_EXISTS for a known key.
+    """
+    if caller.kind != "operator":
+        raise CourierError("FORBIDDEN", "only the operator token creates projects")
+    token = ids.new_token("cpt")
+    project = {
+        "id": ids.new_project_id(),
+        "project_key": body.project_key,
+        "name": body.name or body.project_key.rstrip("/").rsplit("/", 1)[-1] or "/",
+        "created_us": str(now_us()),
+    }
+    if not await store.create_project(project, ids.token_hash(token)):
+        raise CourierError(
+            "PROJECT_EXISTS",
+            "a project with this project_key exists; its token was shown when it was created",
+            {"project_key": body.project_key},
+        )
+    return {
+        "project_id": project["id"],
+        "project_key": project["project_key"],
+        "name": project["name"],
+        "token": token,
+    }
+
+
+async def require_project(store: Store, project_id: str) -> Json:
+    """A project, or 404."""
+    project = await store.get_project(project_id)
+    if project is None:
+        raise not_found("project")
+    return project
+
+
+def check_webhook_url(settings: Settings, url: str) -> None:
+    """Refuse a webhook URL outside ``COURIER_WEBHOOK_ALLOW``.
+
+    Raises:
+        CourierError: INVALID_ARGUMENT naming ``transport.url``.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise invalid("transport.url", "must be an http or https URL with a host")
+    host = parts.hostname.lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for allowed in settings.webhook_networks:
+        if isinstance(allowed, str):
+            if host == allowed:
+                return
+        elif address is not None and address.version == allowed.version and address in allowed:
+            return
+    raise invalid("transport.url", f"host {host} is outside COURIER_WEBHOOK_ALLOW")
+
+
+async def register_agent(
+    store: Store, settings: Settings, caller: Caller, project_id: str, body: AgentIn
+) -> Json:
+    """Register an agent (a name may be registered again: latest wins).
+
+    Raises:
+        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT for the webhook URL.
+    """
+    caller.require_project(project_id)
+    await require_project(store, project_id)
+    if body.transport.kind == "webhook":
+        check_webhook_url(settings, body.transport.url)
+    now = str(now_us())
+    token = ids.new_token("cat")
+    agent: Json = {
+        "id": ids.new_agent_id(project_id),
+        "project_id": project_id,
+        "name": body.name,
+        "ref": "",
+        "status": "active",
+        "presence": None,
+        "last_active_us": now,
+        "registered_us": now,
+        "transport": body.transport.model_dump(exclude_none=True),
+        "bound_source": body.bound_source.model_dump(exclude_none=True)
+        if body.bound_source
+        else None,
+        "program": body.program,
+        "model": body.model,
+        "description": body.description,
+    }
+    agent = await store.register_agent(agent, ids.token_hash(token))
+    return {**agent_row(agent), "project_id": project_id, "token": token}
+
+
+async def list_agents(store: Store, caller: Caller, project_id: str) -> Json:
+    """The project's agents, oldest registration first."""
+    caller.require_member(project_id)
+    await require_project(store, project_id)
+    agents = sorted(await store.list_agents(project_id), key=lambda a: int(a["registered_us"]))
+    return {"agents": [agent_row(a) for a in agents]}
+
+
+async def set_status(
+    store: Store, caller: Caller, project_id: str, agent_id: str, status: str
+) -> Json:
+    """Retire or close an agent; its history stays readable.
+
+    Raises:
+        CourierError: FORBIDDEN, or NOT_FOUND for an agent not in the project.
+    """
+    caller.require_project(project_id)
+    agent = await store.get_agent(project_id, agent_id)
+    if agent is None:
+        raise not_found("agent")
+    if agent["status"] == "closed" and status == "retired":
+        return agent_row(agent)  # closed is final; retiring it changes nothing
+    updated = await store.update_agent(project_id, agent_id, {"status": status}, None)
+    if updated is None:
+        raise not_found("agent")
+    return agent_row(updated)
+
+
+async def set_presence(store: Store, caller: Caller, body: PresenceIn) -> Json:
+    """Record what the agent's host says of it; moves its activity forward."""
+    project_id, agent_id = caller.require_agent()
+    updated = await store.update_agent(
+        project_id, agent_id, {"presence": body.state.value}, now_us()
+    )
+    if updated is None:
+        raise not_found("agent")
+    return agent_row(updated)

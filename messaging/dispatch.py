@@ -1,0 +1,121 @@
+"""Publishing delivery tasks to the broker, by name, one queue per transport.
+
+The API hands admitted deliveries to a ``BatchPublisher``: a thread that
+groups them per (project, transport) and publishes one task per group, off
+the request's critical path. A failed publish loses nothing: the delivery is
+already in the store's outbox, and the sweeper publishes it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+
+from celery import Celery
+
+from messaging.celeryconf import DELIVER_TASK, celery_config, queue_for
+from messaging.config import Settings
+
+log = logging.getLogger(__name__)
+
+BATCH_MAX = 100
+IDLE_WAIT_S = 0.5
+
+
+class Publisher:
+    """Sends ``courier.deliver`` tasks; raises when the broker cannot take them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.app = Celery("courier-publisher", set_as_current=False)
+        self.app.conf.update(celery_config(settings))
+
+    def publish(self, project_id: str, transport: str, delivery_ids: list[str]) -> None:
+        """Publish one task carrying these deliveries of one transport.
+
+        Raises:
+            kombu/OSError exceptions when the broker is unreachable.
+        """
+        self.app.send_task(
+            DELIVER_TASK,
+            args=[project_id, transport, delivery_ids],
+            queue=queue_for(transport),
+            retry=False,
+        )
+
+    def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
+        """Publish (project, transport, delivery) items in tasks of up to BATCH_MAX."""
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for project_id, transport, delivery_id in items:
+            groups[(project_id, transport)].append(delivery_id)
+        tasks = 0
+        for (project_id, transport), dids in groups.items():
+            for start in range(0, len(dids), BATCH_MAX):
+                self.publish(project_id, transport, dids[start : start + BATCH_MAX])
+                tasks += 1
+        return tasks
+
+    def close(self) -> None:
+        """Release broker connections."""
+        self.app.close()
+
+
+class BatchPublisher:
+    """A background thread that publishes what the API admitted, in batches."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.pending: queue.SimpleQueue[tuple[str, str, str] | None] = queue.SimpleQueue()
+        self.broker_ok = True
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="courier-publisher", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def submit(self, project_id: str, transport: str, delivery_id: str) -> None:
+        """Queue one delivery for publishing; never blocks."""
+        self.pending.put((project_id, transport, delivery_id))
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Publish what is queued, then stop the thread."""
+        self.pending.put(None)
+        self._thread.join(timeout_s)
+        self.publisher.close()
+
+    def _take_batch(self) -> tuple[list[tuple[str, str, str]], bool]:
+        try:
+            first = self.pending.get(timeout=IDLE_WAIT_S)
+        except queue.Empty:
+            return [], False
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < BATCH_MAX * 4:
+            try:
+                item = self.pending.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch, stopping = self._take_batch()
+            if not batch:
+                continue
+            try:
+                self.publisher.publish_grouped(batch)
+                self.broker_ok = True
+            except Exception:  # the outbox keeps them; the sweeper publishes again
+                self.broker_ok = False
+                self.failures += 1
+                log.warning("publish of %d deliveries failed; the outbox keeps them", len(batch))
+                time.sleep(IDLE_WAIT_S)

@@ -1,0 +1,104 @@
+"""Every Redis key Courier uses, built here and nowhere else.
+
+Project keys carry the hash tag ``{p:<project_id>}`` so that each Lua script
+touches one cluster slot. ``:`` is the only separator.
+
+Global (no project):
+    courier:token:<sha256>                 hash   kind, project_id, agent_id        no TTL
+    courier:project_key:<sha256(key)>      string project_id                         no TTL
+    courier:projects                       set    every project id (sweeper's list) no TTL
+
+Per project, prefix ``courier:{p:<project_id>}``:
+    :project                               hash   id, project_key, name, created_ts  no TTL
+    :seq                                   string monotonic sequence (inbox scores)  no TTL
+    :agents                                hash   agent_id -> agent JSON              no TTL
+    :names                                 hash   name -> JSON list of agent ids      no TTL
+    :refs                                  hash   ref -> agent_id                     no TTL
+    :msg:<message_id>                      string message JSON (immutable)            no TTL
+    :thread:<thread_id>                    zset   message_id by sequence              no TTL
+    :dlv:<delivery_id>                     hash   one delivery (see delivery.py)      no TTL
+    :inbox:<agent_id>                      zset   delivery_id by sequence at arrival  no TTL
+    :due                                   zset   delivery_id by due time (ms): the
+                                                  outbox and the retry schedule       no TTL
+    :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "courier"
+PROJECTS = f"{PREFIX}:projects"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def token(token_hash: str) -> str:
+    """Where a token's scope lives, by the token's hash."""
+    return f"{PREFIX}:token:{token_hash}"
+
+
+def project_by_key(project_key: str) -> str:
+    """The project id of a checkout path."""
+    return f"{PREFIX}:project_key:{_digest(project_key)}"
+
+
+def _p(project_id: str) -> str:
+    return f"{PREFIX}:{{p:{project_id}}}"
+
+
+def project(project_id: str) -> str:
+    """The project's own hash."""
+    return f"{_p(project_id)}:project"
+
+
+def seq(project_id: str) -> str:
+    """The project's monotonic sequence."""
+    return f"{_p(project_id)}:seq"
+
+
+def agents(project_id: str) -> str:
+    """All agents of the project, as JSON by id."""
+    return f"{_p(project_id)}:agents"
+
+
+def names(project_id: str) -> str:
+    """Agent ids by name."""
+    return f"{_p(project_id)}:names"
+
+
+def refs(project_id: str) -> str:
+    """Agent id by short ref."""
+    return f"{_p(project_id)}:refs"
+
+
+def message(project_id: str, message_id: str) -> str:
+    """One message's JSON."""
+    return f"{_p(project_id)}:msg:{message_id}"
+
+
+def thread(project_id: str, thread_id: str) -> str:
+    """The messages of one thread."""
+    return f"{_p(project_id)}:thread:{thread_id}"
+
+
+def delivery(project_id: str, delivery_id: str) -> str:
+    """One delivery's hash."""
+    return f"{_p(project_id)}:dlv:{delivery_id}"
+
+
+def inbox(project_id: str, agent_id: str) -> str:
+    """One agent's inbox."""
+    return f"{_p(project_id)}:inbox:{agent_id}"
+
+
+def due(project_id: str) -> str:
+    """Deliveries by the time they are due for (re)publishing."""
+    return f"{_p(project_id)}:due"
+
+
+def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str:
+    """One idempotency record; the client's key is hashed, never used raw."""
+    return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"

@@ -1,0 +1,55 @@
+-- lease_deliveries: take the dispatch lease of each delivery that is free,
+-- with a fresh fencing token, and record the attempt before any I/O.
+--
+-- KEYS[1]     due   zset  delivery ids by due time (ms)
+-- KEYS[2..]   dlv   hash  one delivery each
+--
+-- ARGV[1]  now, ms (decimal string)
+-- ARGV[2]  now, us (decimal string)
+-- ARGV[3]  lease length, ms
+-- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
+--          lease may then be taken over), "0" otherwise
+--
+-- A delivery is free when it is admitted or selected, or waiting for a retry
+-- whose time has come, or (idempotent transports only) its holder's lease
+-- expired. Stages only move forward; a recorded outcome is never leased.
+--
+-- Returns a flat array: for each leased delivery its index in KEYS (from 2),
+-- fence, agent id, message id and attempt number.
+
+local now_ms = tonumber(ARGV[1])
+local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
+local out = {}
+for i = 2, #KEYS do
+  local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
+    "agent_id", "message_id", "attempts", "id", "dispatch_started_us")
+  local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
+  local free = false
+  if stage == "admitted" or stage == "target_selected" then
+    free = true
+  elseif stage == "dispatch_started" then
+    if lease == 0 then
+      free = retry_at <= now_ms
+    elseif lease < now_ms then
+      free = ARGV[4] == "1"
+    end
+  end
+  if free then
+    local fence = tonumber(d[4]) + 1
+    local attempts = cjson.decode(d[7])
+    local n = #attempts + 1
+    attempts[n] = {n = n, started_us = ARGV[2]}
+    redis.call("HSET", KEYS[i], "stage", "dispatch_started", "fence", fence,
+      "lease_until_ms", lease_until, "retry_at_ms", 0, "attempts", cjson.encode(attempts))
+    if not d[9] then
+      redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
+    end
+    redis.call("ZADD", KEYS[1], lease_until, d[8])
+    table.insert(out, i)
+    table.insert(out, fence)
+    table.insert(out, d[5])
+    table.insert(out, d[6])
+    table.insert(out, n)
+  end
+end
+return out

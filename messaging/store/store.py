@@ -1,0 +1,193 @@
+"""The API's side of the store (asyncio): tokens, projects, agents, messages, reads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from messaging import ids
+from messaging.store import keys
+from messaging.store.scripts import Scripts
+
+IDEMPOTENCY_TTL_S = 7 * 24 * 3600
+REF_ATTEMPTS = 20
+
+Json = dict[str, Any]
+
+
+class Store:
+    """Typed operations on the store; every key comes from ``keys``."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self.scripts = Scripts(client)
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        """A store on a new connection pool for ``url``."""
+        return cls(aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        """True when the store answers."""
+        return bool(await self.client.ping())
+
+    # tokens
+
+    async def token_scope(self, token_hash: str) -> Json:
+        """The scope of a token ({} when unknown)."""
+        return dict(await self.client.hgetall(keys.token(token_hash)))
+
+    # projects
+
+    async def create_project(self, project: Json, token_hash: str) -> bool:
+        """Store a project and its token; False when its key is taken (nothing kept)."""
+        pid = project["id"]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(keys.project(pid), mapping=project)
+        pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
+        await pipe.execute()
+        claimed = await self.client.set(keys.project_by_key(project["project_key"]), pid, nx=True)
+        if not claimed:
+            await self.client.delete(keys.project(pid), keys.token(token_hash))
+            return False
+        await self.client.sadd(keys.PROJECTS, pid)
+        return True
+
+    async def get_project(self, project_id: str) -> Json | None:
+        """A project's hash, or None."""
+        found = await self.client.hgetall(keys.project(project_id))
+        return dict(found) if found else None
+
+    # agents
+
+    async def register_agent(self, agent: Json, token_hash: str) -> Json:
+        """Store a new agent under a fresh ref, token first; returns the agent."""
+        pid = agent["project_id"]
+        await self.client.hset(
+            keys.token(token_hash),
+            mapping={"kind": "agent", "project_id": pid, "agent_id": agent["id"]},
+        )
+        for _ in range(REF_ATTEMPTS):
+            agent["ref"] = ids.new_ref()
+            done = await self.scripts.register_agent(
+                keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
+                args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
+            )
+            if done:
+                return agent
+        await self.client.delete(keys.token(token_hash))
+        raise RuntimeError("no free agent ref after several tries")
+
+    async def get_agent(self, project_id: str, agent_id: str) -> Json | None:
+        """One agent, or None."""
+        raw = await self.client.hget(keys.agents(project_id), agent_id)
+        return json.loads(raw) if raw else None
+
+    async def list_agents(self, project_id: str) -> list[Json]:
+        """Every agent of the project, in no set order."""
+        raw = await self.client.hgetall(keys.agents(project_id))
+        return [json.loads(v) for v in raw.values()]
+
+    async def agent_names(self, project_id: str) -> list[str]:
+        """Every registered name of the project."""
+        return list(await self.client.hkeys(keys.names(project_id)))
+
+    async def update_agent(
+        self, project_id: str, agent_id: str, fields: Json, touch_us: int | None
+    ) -> Json | None:
+        """Set fields of an agent, move its activity forward; None when missing."""
+        raw = await self.scripts.update_agent(
+            keys=[keys.agents(project_id)],
+            args=[agent_id, json.dumps(fields), "" if touch_us is None else str(touch_us)],
+        )
+        return json.loads(raw) if raw else None
+
+    # messages
+
+    async def admit(
+        self,
+        project_id: str,
+        args: Json,
+        message_json: str,
+        idempotency_key: str | None,
+        operation: str,
+    ) -> Json:
+        """Run the admission script; returns its decoded answer."""
+        sender = args["sender_id"]
+        idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
+        dlv_keys = [keys.delivery(project_id, d) for d in args["delivery_ids"]]
+        script_keys = [
+            keys.agents(project_id),
+            keys.names(project_id),
+            keys.refs(project_id),
+            keys.seq(project_id),
+            keys.message(project_id, args["message_id"]),
+            keys.thread(project_id, args["thread_id"]),
+            keys.due(project_id),
+            idem,
+            *dlv_keys,
+        ]
+        args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
+        raw = await self.scripts.admit_message(keys=script_keys, args=[json.dumps(args), message_json])
+        answer: Json = json.loads(raw)
+        return answer
+
+    async def get_message(self, project_id: str, message_id: str) -> Json | None:
+        """A message's hash (``json``, ``created_us``, ``policy``, ...), or None."""
+        found = await self.client.hgetall(keys.message(project_id, message_id))
+        return dict(found) if found else None
+
+    async def get_messages(self, project_id: str, message_ids: list[str]) -> list[Json | None]:
+        """Several messages in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for mid in message_ids:
+            pipe.hgetall(keys.message(project_id, mid))
+        return [dict(m) if m else None for m in await pipe.execute()]
+
+    async def thread_message_ids(self, project_id: str, thread_id: str) -> list[str]:
+        """The ids of a thread's messages, oldest first."""
+        return list(await self.client.zrange(keys.thread(project_id, thread_id), 0, -1))
+
+    # deliveries and the inbox
+
+    async def get_deliveries(self, project_id: str, delivery_ids: list[str]) -> list[Json | None]:
+        """Several deliveries' hashes in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for did in delivery_ids:
+            pipe.hgetall(keys.delivery(project_id, did))
+        return [dict(d) if d else None for d in await pipe.execute()]
+
+    async def inbox_after(
+        self, project_id: str, agent_id: str, after: int, count: int
+    ) -> list[tuple[str, int]]:
+        """Up to ``count`` (delivery id, sequence) past ``after``, oldest first."""
+        rows = await self.client.zrangebyscore(
+            keys.inbox(project_id, agent_id), f"({after}", "+inf", start=0, num=count,
+            withscores=True,
+        )
+        return [(did, int(score)) for did, score in rows]
+
+    async def observe(
+        self, project_id: str, agent_id: str, delivery_ids: list[str], now_us: int
+    ) -> int:
+        """Record that the agent's side showed these deliveries."""
+        return int(
+            await self.scripts.observe_deliveries(
+                keys=[keys.agents(project_id)]
+                + [keys.delivery(project_id, d) for d in delivery_ids],
+                args=[agent_id, str(now_us)],
+            )
+        )
+
+    async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:
+        """Set read (or ack and read) once; returns [read_us, ack_us]."""
+        out = await self.scripts.mark_message(
+            keys=[keys.delivery(project_id, delivery_id)], args=[kind, str(now_us)]
+        )
+        return [str(v) for v in out]

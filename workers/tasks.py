@@ -1,0 +1,69 @@
+"""Celery tasks: delivery (one transport, several deliveries) and the sweeper."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from celery.utils.log import get_task_logger
+
+from messaging.celeryconf import DELIVER_TASK, SWEEP_TASK
+from messaging.config import get_settings
+from messaging.dispatch import Publisher
+from messaging.store.deliveries import DeliveryStore
+from workers import transports
+from workers.app import app
+
+log: logging.Logger = get_task_logger(__name__)
+
+_store: tuple[int, DeliveryStore] | None = None
+_publisher: tuple[int, Publisher] | None = None
+
+
+def store() -> DeliveryStore:
+    """This process's store connection (made after fork, never shared across it)."""
+    global _store
+    if _store is None or _store[0] != os.getpid():
+        _store = (os.getpid(), DeliveryStore.from_url(get_settings().store_url))
+    return _store[1]
+
+
+def publisher() -> Publisher:
+    """This process's publisher, for the sweeper."""
+    global _publisher
+    if _publisher is None or _publisher[0] != os.getpid():
+        _publisher = (os.getpid(), Publisher(get_settings()))
+    return _publisher[1]
+
+
+@app.task(name=DELIVER_TASK)
+def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> int:
+    """Lease what is free of these deliveries, deliver it, record outcomes.
+
+    A duplicate task finds the leases taken or the outcomes recorded and does
+    nothing; returns how many deliveries this run leased.
+    """
+    carrier = transports.get(transport)
+    leased = store().lease(project_id, delivery_ids, int(carrier.lease_s * 1000),
+                           carrier.idempotent)
+    if leased:
+        carrier.deliver(store(), project_id, leased)
+    return len(leased)
+
+
+@app.task(name=SWEEP_TASK)
+def sweep() -> int:
+    """Publish again what was admitted but never dispatched, or is due for retry.
+
+    Returns how many deliveries were published again.
+    """
+    grace_ms = int(get_settings().outbox_grace_s * 1000)
+    published = 0
+    for project_id in store().project_ids():
+        actions = store().sweep(project_id, grace_ms)
+        todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
+        if todo:
+            publisher().publish_grouped(todo)
+            published += len(todo)
+            log.info("sweeper published %d deliveries of %s again", len(todo), project_id)
+    return published
