@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8787
     embedded_port: int = 6399
+    flower_host: str = "127.0.0.1"
     flower_port: int = 5555
     operator_token: str | None = None
     max_body_bytes: int = Field(default=1_048_576, ge=1)

@@ -1,0 +1,76 @@
+"""Fixtures of the integration tests: one real stack per session, a project per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from messaging.client import CourierClient
+from tests.stack import Stack, make_stack
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Store, API and one inbox worker (with beat), shared by the session's tests."""
+    s = make_stack(tmp_path_factory.mktemp("stack"))
+    try:
+        s.start_worker()
+        yield s
+    finally:
+        s.stop()
+
+
+@dataclass
+class Project:
+    """A fresh project of the shared stack, with helpers to add agents."""
+
+    stack: Stack
+    project_id: str
+    project_key: str
+    token: str
+    clients: list[CourierClient] = field(default_factory=list)
+
+    def client(self, token: str) -> CourierClient:
+        c = self.stack.client(token)
+        self.clients.append(c)
+        return c
+
+    @property
+    def admin(self) -> CourierClient:
+        return self.client(self.token)
+
+    def agent(self, name: str, **fields: Any) -> Agent:
+        row = self.admin.register_agent(self.project_id, name, **fields)
+        return Agent(row, self.client(row["token"]))
+
+
+@dataclass
+class Agent:
+    """A registered agent and a client acting as it."""
+
+    row: dict[str, Any]
+    api: CourierClient
+
+    @property
+    def id(self) -> str:
+        return str(self.row["agent_id"])
+
+    @property
+    def label(self) -> str:
+        return str(self.row["label"])
+
+
+@pytest.fixture
+def project(stack: Stack) -> Iterator[Project]:
+    """A new project: tests never see each other's agents or mail."""
+    key = f"/srv/checkouts/{uuid.uuid4().hex}"
+    with stack.operator() as op:
+        p = op.create_project(key)
+    proj = Project(stack, p["project_id"], key, p["token"])
+    yield proj
+    for c in proj.clients:
+        c.close()

@@ -1,0 +1,169 @@
+"""Real processes for integration tests: a Valkey server, the API, Celery workers.
+
+Each stack gets its own ports and data directory, so test runs can go side
+by side. Processes are real, so tests can kill them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis
+
+from messaging.client import CourierClient
+from messaging.embedded import EmbeddedStore
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05, what: str = ""):
+    """Poll ``predicate`` until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}: {last!r}")
+
+
+@dataclass
+class Proc:
+    """A child process with its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
+        if not self.alive():
+            return
+        os.killpg(self.popen.pid, sig)
+        try:
+            self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout_s)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Stack:
+    """A running Courier: store, API and workers on their own ports."""
+
+    root: Path
+    env: dict[str, str]
+    store: EmbeddedStore
+    api_url: str = ""
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def operator_token(self) -> str:
+        return self.env["COURIER_OPERATOR_TOKEN"]
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.store.url, decode_responses=True)
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.root / f"{name}-{len(self.procs)}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, *args], cwd=ROOT, env={**self.env, **(env or {})},
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def start_api(self, env: dict[str, str] | None = None) -> tuple[Proc, str]:
+        """An API process; returns it and its URL once it answers."""
+        port = free_port()
+        proc = self.spawn("api", ["-m", "uvicorn", "messaging.api:app", "--host", "127.0.0.1",
+                                  "--port", str(port), "--log-level", "warning"], env)
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"api died:\n{proc.tail()}")
+            try:
+                return httpx.get(url + "/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, START_TIMEOUT_S, what="the API")
+        return proc, url
+
+    def start_worker(self, queues: str = "deliver.inbox,courier.sweep", concurrency: int = 2,
+                     beat: bool = True, env: dict[str, str] | None = None) -> Proc:
+        """A Celery worker process (with beat inside it unless told otherwise)."""
+        name = f"w{uuid.uuid4().hex[:6]}@test"
+        args = ["-m", "celery", "-A", "workers.app", "worker", "-Q", queues, "-c",
+                str(concurrency), "-n", name, "--loglevel", "INFO", "--without-mingle",
+                "--without-gossip"]
+        if beat:
+            args += ["-B", "-s", str(self.root / f"beat-{name}")]
+        proc = self.spawn("worker", args, env)
+        r = self.redis()
+
+        def ready() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"worker died:\n{proc.tail()}")
+            return "ready." in proc.log.read_text(errors="replace")
+
+        wait_until(ready, START_TIMEOUT_S, what="the worker")
+        r.close()
+        return proc
+
+    def operator(self) -> CourierClient:
+        return CourierClient(self.api_url, self.operator_token)
+
+    def client(self, token: str) -> CourierClient:
+        return CourierClient(self.api_url, token)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.store.stop()
+
+
+def make_stack(root: Path, **settings: str) -> Stack:
+    """Start a store and an API; workers are started by the tests that need them."""
+    store = EmbeddedStore(root / "data", port=free_port())
+    store.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    env.update({
+        "COURIER_REDIS_URL": store.url,
+        "COURIER_DATA_DIR": str(root / "data"),
+        "COURIER_OPERATOR_TOKEN": "cop_" + secrets.token_urlsafe(16),
+        "COURIER_OUTBOX_GRACE_S": "2",
+        "COURIER_SWEEP_INTERVAL_S": "0.5",
+        "COURIER_RATE_LIMIT_PER_S": "0",
+        **{f"COURIER_{k.upper()}": v for k, v in settings.items()},
+    })
+    stack = Stack(root, env, store)
+    _, stack.api_url = stack.start_api()
+    return stack
