@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from messaging.client import CourierAPIError, CourierClient
@@ -52,7 +54,7 @@ def _call(url: str | None, token: str | None, fn: Any, *args: Any, **kwargs: Any
         except CourierAPIError as e:
             details = f"\n{json.dumps(e.details, indent=2)}" if e.details else ""
             _fail(f"{e}{details}")
-        except OSError as e:
+        except (httpx.TransportError, OSError) as e:
             _fail(f"cannot reach {_url(url)}: {e}")
 
 
@@ -108,7 +110,7 @@ def agent_register(
     if as_json:
         _print_json(a)
         return
-    out.print(f"agent {a['label']} ({a['agent_id']})")
+    out.print(f"agent {escape(a['label'])} ({a['agent_id']})")
     out.print(f"agent token (shown once): {a['token']}")
 
 
@@ -121,7 +123,7 @@ def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJso
         return
     table = Table("agent", "status", "presence", "transport", "last active")
     for r in rows:
-        table.add_row(r["label"], r["status"], r["presence"], r["transport"]["kind"],
+        table.add_row(escape(r["label"]), r["status"], r["presence"], r["transport"]["kind"],
                       r["last_active_ts"])
     out.print(table)
 
@@ -160,9 +162,9 @@ def send(
     replay = " (replayed)" if m["idempotent_replay"] else ""
     out.print(f"admitted {m['id']}{replay}")
     for o in m["delivery"]["observations"]:
-        out.print(f"  delivery {o['delivery_id']} -> {o['recipient']} ({o['transport']})")
+        out.print(f"  delivery {o['delivery_id']} -> {escape(o['recipient'])} ({o['transport']})")
     for w in m["delivery"]["warnings"]:
-        out.print(f"  [yellow]warning:[/yellow] {w}")
+        out.print(f"  [yellow]warning:[/yellow] {escape(w)}")
 
 
 @app.command()
@@ -181,7 +183,7 @@ def inbox(
         _print_json(page)
         return
     for m in page["messages"]:
-        out.rule(f"{m['subject']}  from {m['from']}  [{m['importance']}]")
+        out.rule(escape(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
         out.print(f"id {m['id']}  sent {m['created_ts']}  delivery {m['delivery_id']}")
         out.print(m["body_md"], markup=False, highlight=False)
     if not page["messages"]:
@@ -197,7 +199,7 @@ def delivery(delivery_id: str, url: Url = None, token: Token = None,
     if as_json:
         _print_json(d)
         return
-    out.print(f"delivery {d['delivery_id']} of {d['message_id']} to {d['recipient']} "
+    out.print(f"delivery {d['delivery_id']} of {d['message_id']} to {escape(d['recipient'])} "
               f"over {d['transport']}: outcome {d['outcome'] or '-'}")
     table = Table("stage", "at")
     for stage, ts in d["stages"].items():
@@ -205,9 +207,13 @@ def delivery(delivery_id: str, url: Url = None, token: Token = None,
     out.print(table)
     for a in d["attempts"]:
         out.print(f"attempt {a['n']}: {a['started_ts']} .. {a['ended_ts'] or '-'}"
-                  + (f"  {a['error']}" if a.get("error") else ""))
+                  + (f"  {escape(a['error'])}" if a.get("error") else ""))
 
 
 def main() -> None:
     """Entry point of the ``courier`` script."""
     app()
+
+
+if __name__ == "__main__":
+    main()
