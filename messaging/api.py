@@ -11,6 +11,7 @@ import redis.exceptions
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging import directory, reading, sending
@@ -112,6 +113,19 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
         "INVALID_ARGUMENT", f"{first['field']}: {first['message']}",
         {"field": first["field"], "errors": errors},
     )
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+# Errors raised by the framework itself (unknown route, undecodable body), in our shape.
+FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
+                   413: "BODY_TOO_LARGE", 422: "INVALID_ARGUMENT"}
+
+
+@app.exception_handler(HTTPException)
+async def _framework_error(request: Request, exc: HTTPException) -> JSONResponse:
+    code = FRAMEWORK_CODES.get(exc.status_code, "INVALID_ARGUMENT")
+    message = "no such path or method" if code == "NOT_FOUND" else str(exc.detail)
+    err = CourierError(code, message, {"field": "body"} if code == "INVALID_ARGUMENT" else None)
     return JSONResponse(err.body(), status_code=err.status)
 
 

@@ -11,9 +11,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 NAME_MAX = 64
@@ -61,8 +62,12 @@ class Presence(StrEnum):
     SOURCE_LOST = "source_lost"  # its bound thread or session is gone
 
 
+# Every character str.splitlines() breaks a line on.
+LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
 def _one_line(value: str) -> str:
-    if "\n" in value or "\r" in value:
+    if any(ch in LINE_BREAKS for ch in value):
         raise ValueError("must be one line")
     return value
 
@@ -83,22 +88,61 @@ def check_recipient(value: str) -> str:
     if value.startswith("agt_"):
         return value
     match = LABEL_RE.match(value)
-    check_name(match.group("name") if match else value)
+    name = match.group("name") if match else value
+    if len(name) > NAME_MAX:
+        raise ValueError(f"names are at most {NAME_MAX} characters")
+    check_name(name)
     return value
 
 
-Strict = ConfigDict(extra="forbid", strict=True)
+StrictConfig = ConfigDict(extra="forbid", strict=True)
+# FastAPI validates the parsed JSON in Python mode, where a strict enum takes
+# only enum instances: choices are matched by value, everything else stays strict.
+ByValue = Strict(False)
+
+
+def _no_surrogates(value: Any) -> Any:
+    """Refuse text that UTF-8 cannot hold (JSON may escape lone surrogates)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    elif isinstance(value, list):
+        for item in value:
+            _no_surrogates(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_surrogates(key)
+            _no_surrogates(item)
+    return value
+
+
+class Model(BaseModel):
+    """A request model: no extra fields, strict types, text storable as UTF-8."""
+
+    model_config = StrictConfig
+
+    @field_validator("*")
+    @classmethod
+    def _utf8(cls, value: Any) -> Any:
+        return _no_surrogates(value)
+
+
 OneLine = Annotated[str, AfterValidator(_one_line)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_name)]
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_name)
+]
+Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
+IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
 Recipient = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX + 20), AfterValidator(check_recipient)
 ]
 
 
-class ProjectIn(BaseModel):
+class ProjectIn(Model):
     """``POST /v1/projects``."""
 
-    model_config = Strict
     project_key: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
     name: Annotated[OneLine, StringConstraints(min_length=1, max_length=200)] | None = None
 
@@ -110,26 +154,23 @@ class ProjectIn(BaseModel):
         return _one_line(value)
 
 
-class InboxTransportIn(BaseModel):
+class InboxTransportIn(Model):
     """Mail waits in the agent's inbox."""
 
-    model_config = Strict
     kind: Literal["inbox"]
 
 
-class WebhookTransportIn(BaseModel):
+class WebhookTransportIn(Model):
     """Mail is POSTed to a URL, signed with the secret."""
 
-    model_config = Strict
     kind: Literal["webhook"]
     url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     secret: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
 
 
-class BoundSourceIn(BaseModel):
+class BoundSourceIn(Model):
     """The host conversation an agent is bound to."""
 
-    model_config = Strict
     kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     thread_id: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
     title: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
@@ -139,10 +180,9 @@ class BoundSourceIn(BaseModel):
 ShortText = Annotated[str, StringConstraints(max_length=2000)]
 
 
-class AgentIn(BaseModel):
+class AgentIn(Model):
     """``POST /v1/projects/{project_id}/agents``."""
 
-    model_config = Strict
     name: Name
     transport: InboxTransportIn | WebhookTransportIn = Field(discriminator="kind")
     bound_source: BoundSourceIn | None = None
@@ -151,35 +191,32 @@ class AgentIn(BaseModel):
     description: ShortText | None = None
 
 
-class PresenceIn(BaseModel):
+class PresenceIn(Model):
     """``PUT /v1/agents/me/presence``."""
 
-    model_config = Strict
-    state: Presence
+    state: Annotated[Presence, ByValue]
 
 
-class ResourceNoticeIn(BaseModel):
+class ResourceNoticeIn(Model):
     """A typed release or cancellation; combinations are checked by the service."""
 
-    model_config = Strict
     resource_id: str
     phase_id: str
     state: str
     next_action: str
 
 
-class SendFields(BaseModel):
+class SendFields(Model):
     """Fields shared by a send and a reply."""
 
-    model_config = Strict
-    subject: Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)] | None = None
+    subject: Subject | None = None
     body_md: str | None = None
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
-    importance: Importance | None = None
+    importance: Annotated[Importance, ByValue] | None = None
     ack_required: bool | None = None
-    delivery_policy: DeliveryPolicy = DeliveryPolicy.CHECKED
-    notification_policy: NotificationPolicy | None = None
-    idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)] | None = None
+    delivery_policy: Annotated[DeliveryPolicy, ByValue] = DeliveryPolicy.CHECKED
+    notification_policy: Annotated[NotificationPolicy, ByValue] | None = None
+    idempotency_key: IdempotencyKey | None = None
     project_key: str | None = None
     sender_name: str | None = None
     summary: str | None = None
@@ -199,11 +236,14 @@ class SendIn(SendFields):
     thread_id: Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)] | None = None
     resource_notice: ResourceNoticeIn | None = None
 
-    @model_validator(mode="after")
-    def _recipient_total(self) -> SendIn:
-        if len(self.to) + len(self.cc) + len(self.bcc) > RECIPIENTS_MAX:
+    @field_validator("cc", "bcc")
+    @classmethod
+    def _recipient_total(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # Checked on the list that goes over the limit, so the error names a field.
+        cc = info.data.get("cc", []) if info.field_name == "bcc" else []
+        if len(info.data.get("to", [])) + len(cc) + len(value) > RECIPIENTS_MAX:
             raise ValueError(f"to, cc and bcc hold at most {RECIPIENTS_MAX} recipients in all")
-        return self
+        return value
 
 
 class ReplyIn(SendFields):
@@ -225,5 +265,7 @@ class InboxQuery(BaseModel):
 
 def field_path(loc: tuple[Any, ...]) -> str:
     """A pydantic error location as a dotted field name (``to.2``)."""
+    if loc[:1] == ("body",) and len(loc) > 1 and isinstance(loc[1], int):
+        return "body"  # a JSON syntax error: loc holds its position, not a field
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
     return ".".join(parts) or "body"

@@ -14,7 +14,7 @@ from messaging.errors import CourierError, invalid, not_found
 from messaging.models import InboxQuery
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-from messaging.views import delivery_view, deliveries_of, message_view
+from messaging.views import deliveries_of, delivery_view, message_view
 
 Json = dict[str, Any]
 
@@ -104,8 +104,8 @@ async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
             after = score
             if not dlv or not record:
                 continue
-            msg = message_view(record, full=False, viewer_id=agent_id)
-            if _wanted(q, msg, dlv):
+            msg = _visible(caller, record)
+            if msg is not None and _wanted(q, msg, dlv):
                 items.append({**msg, "delivery_id": did, "read_ts": rfc3339(dlv.get("read_us")),
                               "ack_ts": rfc3339(dlv.get("ack_us"))})
     await store.observe(project_id, agent_id, [m["delivery_id"] for m in items], now_us())

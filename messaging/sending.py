@@ -102,7 +102,7 @@ def _check_notice(body: SendIn) -> None:
     if not body.idempotency_key:
         raise bad("a resource notice needs a non-empty idempotency_key")
     for name in ("resource_id", "phase_id"):
-        if not NOTICE_ID_RE.match(getattr(notice, name)) or not getattr(notice, name).isascii():
+        if not NOTICE_ID_RE.fullmatch(getattr(notice, name)) or not getattr(notice, name).isascii():
             raise bad(f"{name}: 1-96 ASCII letters, digits and _.:-, first a letter or digit")
     allowed = NOTICE_ACTIONS.get(notice.state)
     if allowed is None:

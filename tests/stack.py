@@ -16,12 +16,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
 
 from messaging.client import CourierClient
 from messaging.embedded import EmbeddedStore
+from messaging.store import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
@@ -44,6 +46,27 @@ def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05, wha
             return last
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}: {last!r}")
+
+
+_READERS = {
+    "string": lambda r, k: r.get(k),
+    "hash": lambda r, k: r.hgetall(k),
+    "zset": lambda r, k: r.zrange(k, 0, -1, withscores=True),
+    "set": lambda r, k: sorted(r.smembers(k)),
+    "list": lambda r, k: r.lrange(k, 0, -1),
+}
+
+
+def project_state(stack: Stack, project_id: str) -> dict[str, Any]:
+    """Every key of the project (found with SCAN on its hash tag) with its type and content."""
+    pattern = keys.project(project_id).removesuffix("project") + "*"
+    with stack.redis() as r:
+        state = {}
+        for key in r.scan_iter(match=pattern, count=1000):
+            kind = r.type(key)
+            state[key] = (kind, _READERS[kind](r, key))
+    assert keys.project(project_id) in state  # the pattern does find the project's keys
+    return state
 
 
 @dataclass
@@ -165,5 +188,9 @@ def make_stack(root: Path, **settings: str) -> Stack:
         **{f"COURIER_{k.upper()}": v for k, v in settings.items()},
     })
     stack = Stack(root, env, store)
-    _, stack.api_url = stack.start_api()
+    try:
+        _, stack.api_url = stack.start_api()
+    except BaseException:
+        stack.stop()
+        raise
     return stack

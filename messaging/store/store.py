@@ -134,7 +134,9 @@ class Store:
             *dlv_keys,
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
-        raw = await self.scripts.admit_message(keys=script_keys, args=[json.dumps(args), message_json])
+        raw = await self.scripts.admit_message(
+            keys=script_keys, args=[json.dumps(args), message_json]
+        )
         answer: Json = json.loads(raw)
         return answer
 

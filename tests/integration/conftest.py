@@ -41,7 +41,9 @@ class Project:
 
     @property
     def admin(self) -> CourierClient:
-        return self.client(self.token)
+        if not hasattr(self, "_admin"):
+            self._admin = self.client(self.token)
+        return self._admin
 
     def agent(self, name: str, **fields: Any) -> Agent:
         row = self.admin.register_agent(self.project_id, name, **fields)

@@ -1,0 +1,395 @@
+"""Delivery by real workers: duplicate tasks, lease fencing, the sweeper, killed workers.
+
+Tests that need processes of their own (no worker yet, a dead broker, a worker
+to kill) get a stack of their own; the rest share the session's stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from messaging.celeryconf import DELIVER_TASK, celery_config, queue_for
+from messaging.client import CourierClient
+from messaging.config import Settings
+from messaging.sending import WARN_BROKER
+from messaging.store import keys
+from messaging.store.deliveries import DeliveryStore, Leased
+from tests.integration.conftest import Agent, Project
+from tests.stack import Proc, Stack, free_port, make_stack, wait_until
+
+STAGES = ["admitted", "target_selected", "dispatch_started", "provider_result_recorded",
+          "delivery_observed"]
+# Long enough never to run out during a test; short enough to see expire.
+LEASE_MS = 60_000
+TINY_LEASE_MS = 50
+TASK_DONE = re.compile(
+    rf"Task {re.escape(DELIVER_TASK)}\[(?P<id>[^\]]+)\] succeeded in \S+: (?P<leased>\d+)"
+)
+
+
+# helpers
+
+
+@contextmanager
+def open_project(stack: Stack) -> Iterator[Project]:
+    """A fresh project of ``stack``; its clients are closed on exit."""
+    key = f"/srv/checkouts/{uuid.uuid4().hex}"
+    with stack.operator() as op:
+        p = op.create_project(key)
+    proj = Project(stack, p["project_id"], key, p["token"])
+    try:
+        yield proj
+    finally:
+        for c in proj.clients:
+            c.close()
+
+
+@contextmanager
+def broker_app(stack: Stack) -> Iterator[Celery]:
+    """A Celery app publishing to the stack's broker, configured as the API's."""
+    app = Celery("courier-test", set_as_current=False)
+    app.conf.update(celery_config(Settings(redis_url=stack.store.url)))
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def publish_deliver(stack: Stack, project_id: str, delivery_ids: list[str],
+                    copies: int = 1) -> list[str]:
+    """Publish ``courier.deliver`` tasks by name, as the API does; their task ids."""
+    with broker_app(stack) as app:
+        return [
+            app.send_task(DELIVER_TASK, args=[project_id, "inbox", delivery_ids],
+                          queue=queue_for("inbox")).id
+            for _ in range(copies)
+        ]
+
+
+def finished_tasks(*workers: Proc) -> dict[str, int]:
+    """Delivery tasks these workers finished: task id -> deliveries it leased."""
+    text = "".join(w.log.read_text(errors="replace") for w in workers)
+    return {m["id"]: int(m["leased"]) for m in TASK_DONE.finditer(text)}
+
+
+def workers_of(stack: Stack) -> list[Proc]:
+    """Every worker process the stack started."""
+    return [p for p in stack.procs if p.name == "worker"]
+
+
+def send_one(alice: Agent, to: str = "Bob") -> tuple[str, str]:
+    """Alice sends one message; its id and its one delivery id."""
+    sent = alice.api.send([to], "Handoff", "# Next\n")
+    [obs] = sent["delivery"]["observations"]
+    return sent["id"], obs["delivery_id"]
+
+
+def delivery_hash(stack: Stack, project_id: str, delivery_id: str) -> dict[str, str]:
+    """The stored delivery, as the workers see it."""
+    r = stack.redis()
+    try:
+        return r.hgetall(keys.delivery(project_id, delivery_id))
+    finally:
+        r.close()
+
+
+def pool_children(worker: Proc) -> list[int]:
+    """Pids of the worker's pool processes (its children)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == worker.popen.pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+# fixtures
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[Stack]:
+    """A stack of this test alone, with no worker until the test starts one."""
+    s = make_stack(tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A store and an API with no worker at all: nothing ever dispatches by itself."""
+    s = make_stack(tmp_path_factory.mktemp("idle"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@dataclass
+class Parked:
+    """An admitted delivery nobody dispatches, and the store the workers use."""
+
+    store: DeliveryStore
+    project_id: str
+    delivery_id: str
+    inbox: str
+    sender: Agent
+
+    def lease(self, lease_ms: int = LEASE_MS, idempotent: bool = True) -> list[Leased]:
+        return self.store.lease(self.project_id, [self.delivery_id], lease_ms, idempotent)
+
+    def deliver(self, *leased: Leased) -> int:
+        return self.store.deliver_inbox(self.project_id, list(leased))
+
+    def field(self, name: str) -> str | None:
+        value: str | None = self.store.client.hget(
+            keys.delivery(self.project_id, self.delivery_id), name)
+        return value
+
+    def inbox_members(self) -> list[str]:
+        members: list[str] = self.store.client.zrange(self.inbox, 0, -1)
+        return members
+
+
+@pytest.fixture
+def parked(idle_stack: Stack) -> Iterator[Parked]:
+    """Alice sent Bob a message on the idle stack; its delivery waits in target_selected."""
+    store = DeliveryStore.from_url(idle_stack.store.url)
+    try:
+        with open_project(idle_stack) as proj:
+            alice, bob = proj.agent("Alice"), proj.agent("Bob")
+            _, did = send_one(alice)
+            yield Parked(store, proj.project_id, did, keys.inbox(proj.project_id, bob.id), alice)
+    finally:
+        store.client.close()
+
+
+# duplicate tasks
+
+
+def test_a_duplicate_delivery_task_changes_nothing(stack: Stack, project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    message_id, did = send_one(alice)
+    before = wait_until(lambda: (d := alice.api.delivery(did))["outcome"] and d,
+                        what="the first delivery's outcome")
+
+    [task_id] = publish_deliver(stack, project.project_id, [did])
+    leased = wait_until(lambda: str(finished_tasks(*workers_of(stack)).get(task_id, "")),
+                        what="the duplicate task to finish")
+
+    assert leased == "0"
+    assert alice.api.delivery(did) == before
+    assert [a["n"] for a in before["attempts"]] == [1]
+    assert [m["id"] for m in bob.api.inbox()["messages"]] == [message_id]
+
+
+def test_identical_tasks_queued_before_any_worker_make_one_attempt(own_stack: Stack):
+    with open_project(own_stack) as proj:
+        alice, bob = proj.agent("Alice"), proj.agent("Bob")
+        message_id, did = send_one(alice)
+        copies = publish_deliver(own_stack, proj.project_id, [did], copies=3)
+
+        worker = own_stack.start_worker(queues=queue_for("inbox"), concurrency=2, beat=False)
+        # The API's own task and the three copies.
+        done = wait_until(lambda: len(t := finished_tasks(worker)) == 1 + len(copies) and t,
+                          what="every queued task to finish")
+
+        assert set(copies) < set(done)
+        assert sum(done.values()) == 1
+        d = alice.api.delivery(did)
+        assert d["outcome"] == "accepted" and [a["n"] for a in d["attempts"]] == [1]
+        assert [m["id"] for m in bob.api.inbox()["messages"]] == [message_id]
+
+
+# lease fencing, on the real store
+
+
+def test_a_held_lease_is_not_given_twice(parked: Parked):
+    [first] = parked.lease()
+
+    assert (first.fence, first.attempt) == (1, 1)
+    assert parked.lease() == []
+    assert parked.field("fence") == "1"
+
+
+def test_an_outcome_under_a_stale_fence_records_nothing(parked: Parked):
+    [held] = parked.lease()
+
+    assert parked.deliver(replace(held, fence=held.fence - 1)) == 0
+    assert parked.inbox_members() == []
+    assert parked.field("stage") == "dispatch_started"
+    assert parked.field("outcome") is None
+
+
+def test_an_expired_inbox_lease_is_taken_over_with_a_higher_fence(parked: Parked):
+    [lapsed] = parked.lease(TINY_LEASE_MS)
+
+    [taken] = wait_until(lambda: parked.lease(), what="the lapsed lease to be free")
+
+    assert taken.fence == lapsed.fence + 1
+    assert taken.attempt == lapsed.attempt + 1
+
+
+def test_after_a_takeover_the_delivery_lands_in_the_inbox_once(parked: Parked):
+    [lapsed] = parked.lease(TINY_LEASE_MS)
+    [taken] = wait_until(lambda: parked.lease(), what="the lapsed lease to be free")
+
+    recorded = [parked.deliver(lapsed), parked.deliver(taken), parked.deliver(taken)]
+
+    assert recorded == [0, 1, 0]
+    assert parked.inbox_members() == [parked.delivery_id]
+    assert parked.field("outcome") == "accepted"
+
+
+def test_an_expired_lease_of_a_non_idempotent_transport_is_not_taken_over(parked: Parked):
+    [lapsed] = parked.lease(TINY_LEASE_MS, idempotent=False)
+    lease_until_ms = int(parked.field("lease_until_ms") or 0)
+    wait_until(lambda: time.time_ns() // 1_000_000 > lease_until_ms, what="the lease to expire")
+
+    assert parked.lease(idempotent=False) == []
+    assert parked.field("fence") == str(lapsed.fence)
+
+
+def test_reading_a_delivery_never_dispatches(parked: Parked):
+    alice = parked.sender
+    for _ in range(20):
+        alice.api.delivery(parked.delivery_id)
+    [row] = alice.api.message_deliveries(alice.api.delivery(parked.delivery_id)["message_id"])
+
+    assert row["stage"] == "target_selected"
+    assert row["attempts"] == []
+    assert parked.field("fence") == "0"
+
+
+# the sweeper
+
+
+def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stack):
+    dead_broker = f"redis://127.0.0.1:{free_port()}/0"
+    _, url = own_stack.start_api(env={"COURIER_BROKER_URL": dead_broker})
+    with open_project(own_stack) as proj:
+        alice_row, bob = proj.agent("Alice").row, proj.agent("Bob")
+        with CourierClient(url, alice_row["token"]) as alice:
+            first = alice.http.post("/v1/messages", json={"to": ["Bob"], "subject": "one",
+                                                          "body_md": "1"})
+            wait_until(lambda: alice.http.get("/readyz").json()["broker"] is False,
+                       what="the API to see its publish fail")
+            second = alice.send(["Bob"], "two", "2")
+
+        assert first.status_code == 201
+        assert WARN_BROKER in second["delivery"]["warnings"]
+        sent = [first.json()["id"], second["id"]]
+
+        worker = own_stack.start_worker()
+        inbox = wait_until(lambda: len(m := bob.api.inbox()["messages"]) == 2 and m,
+                           timeout_s=20, what="both messages in Bob's inbox")
+
+        assert sorted(m["id"] for m in inbox) == sorted(sent)
+        for m in inbox:
+            d = bob.api.delivery(m["delivery_id"])
+            assert list(d["stages"]) == STAGES and d["outcome"] == "accepted"
+        assert re.search(rf"sweeper published \d+ deliveries of {proj.project_id}",
+                         worker.log.read_text())
+
+
+# a worker killed mid-dispatch
+
+BACKLOG = 100
+KILL_LEASE_S = "1"
+
+
+@pytest.fixture
+def short_lease_stack(tmp_path: Path) -> Iterator[Stack]:
+    """A stack of this test alone whose inbox leases run out after a second."""
+    s = make_stack(tmp_path, inbox_lease_s=KILL_LEASE_S)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def freeze(pids: list[int]) -> None:
+    """SIGSTOP these processes and wait until each is stopped."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+
+    def stopped(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        return state in ("T", "t", "Z", "X")
+
+    wait_until(lambda: all(stopped(pid) for pid in pids), interval_s=0.001,
+               what="the pool to stop")
+
+
+def thaw(pids: list[int]) -> None:
+    """SIGCONT these processes."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_worker_killed_mid_dispatch_leaves_each_message_in_each_inbox_once(
+    short_lease_stack: Stack,
+):
+    stack = short_lease_stack
+    r = stack.redis()
+    try:
+        with open_project(stack) as proj:
+            alice, bob, carol = proj.agent("Alice"), proj.agent("Bob"), proj.agent("Carol")
+            sent = [alice.api.send(["Bob", "Carol"], f"Step {i}", "# Next\n")
+                    for i in range(BACKLOG)]
+            dids = [o["delivery_id"] for m in sent for o in m["delivery"]["observations"]]
+
+            def field(name: str) -> list[str | None]:
+                pipe = r.pipeline(transaction=False)
+                for did in dids:
+                    pipe.hget(keys.delivery(proj.project_id, did), name)
+                return pipe.execute()
+
+            doomed = stack.start_worker(queues=queue_for("inbox"), concurrency=2, beat=False)
+
+            def frozen_mid_dispatch() -> bool:
+                pool = pool_children(doomed)
+                freeze(pool)
+                if "dispatch_started" in field("stage"):
+                    return True
+                thaw(pool)
+                return False
+
+            wait_until(frozen_mid_dispatch, interval_s=0.005, what="a pool frozen mid-dispatch")
+            doomed.stop(signal.SIGKILL)
+            cut = [d for d, stage in zip(dids, field("stage"), strict=True)
+                   if stage == "dispatch_started"]
+
+            stack.start_worker(queues=queue_for("inbox") + ",courier.sweep", concurrency=2)
+            wait_until(lambda: set(field("outcome")) == {"accepted"}, timeout_s=20,
+                       what="every delivery accepted")
+
+            assert cut
+            assert all([a["n"] for a in alice.api.delivery(d)["attempts"]] == [1, 2]
+                       for d in cut)
+            expected = sorted(m["id"] for m in sent)
+            for agent in (bob, carol):
+                assert sorted(m["id"] for m in agent.api.iter_inbox(limit=500)) == expected
+    finally:
+        r.close()

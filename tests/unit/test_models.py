@@ -1,0 +1,202 @@
+"""The request models of API.md: what they accept and what they refuse.
+
+Bodies are validated as the API validates them: JSON decoded first, then the
+model in Python mode (FastAPI's way).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from messaging import ids
+from messaging.models import (
+    LINE_BREAKS,
+    NAME_MAX,
+    RECIPIENTS_MAX,
+    SUBJECT_MAX,
+    SUMMARY_MAX,
+    AgentIn,
+    SendIn,
+)
+
+BREAKS = "".join(sorted(LINE_BREAKS))
+IMPORTANCES = ("low", "normal", "high", "urgent")
+
+# Text a client can send: UTF-8 has no lone surrogates.
+name_char = st.characters(codec="utf-8", exclude_characters="[]" + BREAKS)
+valid_names = st.text(name_char, min_size=1, max_size=NAME_MAX).filter(lambda s: s == s.strip())
+half_names = st.text(name_char, min_size=1, max_size=NAME_MAX // 2 - 1).filter(
+    lambda s: s == s.strip())
+refs = st.text("0123456789abcdef", min_size=6, max_size=6)
+outer_space = st.sampled_from([" ", "\t", "\u00a0", "\u3000"])
+json_non_bool = st.one_of(st.integers(), st.floats(allow_nan=False), st.text(),
+                          st.lists(st.booleans(), max_size=2))
+
+
+def parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """Validate ``body`` as the API does: through JSON, then the model."""
+    return model.model_validate(json.loads(json.dumps(body)))
+
+
+def accepts(model: type[BaseModel], body: dict[str, Any]) -> bool:
+    try:
+        parse(model, body)
+    except ValidationError:
+        return False
+    return True
+
+
+def agent(name: str) -> dict[str, Any]:
+    return {"name": name, "transport": {"kind": "inbox"}}
+
+
+def send(**fields: Any) -> dict[str, Any]:
+    return {"to": ["Bob"], "subject": "Handoff", "body_md": "# Next\n", **fields}
+
+
+# names
+
+
+@given(valid_names)
+@example("API review")
+@example("x" * NAME_MAX)
+def test_a_one_line_name_without_brackets_or_outer_space_is_accepted(name: str):
+    assert parse(AgentIn, agent(name)).name == name
+
+
+@given(half_names, st.sampled_from(BREAKS), half_names)
+def test_a_name_with_a_line_break_is_refused(head: str, brk: str, tail: str):
+    assert not accepts(AgentIn, agent(head + brk + tail))
+
+
+@given(half_names, st.sampled_from("[]"), half_names)
+def test_a_name_with_a_bracket_is_refused(head: str, bracket: str, tail: str):
+    assert not accepts(AgentIn, agent(head + bracket + tail))
+
+
+@given(half_names, outer_space, st.booleans())
+def test_a_name_with_outer_white_space_is_refused(name: str, space: str, leading: bool):
+    assert not accepts(AgentIn, agent(space + name if leading else name + space))
+
+
+@given(st.text(name_char, min_size=NAME_MAX + 1, max_size=NAME_MAX + 40))
+@example("")
+def test_a_name_that_is_empty_or_longer_than_64_is_refused(name: str):
+    assert not accepts(AgentIn, agent(name))
+
+
+# recipients
+
+
+@given(st.one_of(valid_names, st.builds(lambda n, r: f"{n} [{r}]", valid_names, refs),
+                 st.just("prj_0123456789ab").map(ids.new_agent_id)))
+def test_a_name_a_label_or_an_agent_id_is_a_recipient(recipient: str):
+    assert parse(SendIn, send(to=[recipient], cc=[recipient], bcc=[recipient])).to == [recipient]
+
+
+@given(st.one_of(
+    st.builds(lambda h, b, t: h + b + t, half_names, st.sampled_from(BREAKS), half_names),
+    st.builds(lambda n, r: f"{n} [{r.upper()}]", valid_names,
+              refs.filter(lambda r: r != r.upper())),
+    st.builds(lambda n, r: f"{n} [{r[:5]}]", valid_names, refs),
+    st.builds(lambda n, r: f"{n}  [{r}] ", valid_names, refs),
+    st.builds(lambda n, s: s + n, valid_names, outer_space),
+))
+def test_a_recipient_that_is_no_name_label_or_agent_id_is_refused(recipient: str):
+    for field in ("to", "cc", "bcc"):
+        body = send(**{field: [recipient]}) if field != "to" else send(to=[recipient])
+        assert not accepts(SendIn, body)
+
+
+@given(st.text("abcdefgh", min_size=NAME_MAX + 1, max_size=NAME_MAX + 8), refs)
+def test_a_recipient_whose_name_is_longer_than_64_is_refused(name: str, ref: str):
+    assert not accepts(SendIn, send(to=[name]))
+    assert not accepts(SendIn, send(to=[f"{name} [{ref}]"]))
+
+
+@given(st.integers(0, RECIPIENTS_MAX), st.integers(0, RECIPIENTS_MAX), st.integers(0, 3))
+def test_recipients_are_one_to_a_hundred_in_all(n_to: int, n_cc: int, n_bcc: int):
+    body = send(to=["Bob"] * n_to, cc=["Carol"] * n_cc, bcc=["Dan"] * n_bcc)
+    assert accepts(SendIn, body) == (n_to >= 1 and n_to + n_cc + n_bcc <= RECIPIENTS_MAX)
+
+
+# topic and thread id
+
+
+@given(st.one_of(st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True),
+                 st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True).map(lambda s: s + "\n"),
+                 st.text(max_size=70)))
+@example("a" * 65)
+def test_a_topic_is_accepted_exactly_when_it_is_1_to_64_of_the_topic_characters(topic: str):
+    expected = re.fullmatch(r"[A-Za-z0-9_-]{1,64}", topic) is not None
+    assert accepts(SendIn, send(topic=topic)) == expected
+
+
+@given(st.one_of(st.from_regex(r"[A-Za-z0-9._-]{1,128}", fullmatch=True),
+                 st.from_regex(r"[A-Za-z0-9._-]{1,128}", fullmatch=True).map(lambda s: s + "\n"),
+                 st.text(max_size=130)))
+@example("t" * 129)
+def test_a_thread_id_is_accepted_exactly_when_it_is_1_to_128_of_its_characters(thread: str):
+    expected = re.fullmatch(r"[A-Za-z0-9._-]{1,128}", thread) is not None
+    assert accepts(SendIn, send(thread_id=thread)) == expected
+
+
+# subject and summary
+
+
+@given(st.text(max_size=SUBJECT_MAX + 10))
+@example("x" * SUBJECT_MAX)
+@example("Handoff\nsecond line")
+@example("Handoff\r")
+def test_a_subject_is_accepted_exactly_when_it_is_one_line_of_1_to_200(subject: str):
+    expected = 1 <= len(subject) <= SUBJECT_MAX and not set(subject) & LINE_BREAKS
+    assert accepts(SendIn, send(subject=subject)) == expected
+
+
+@given(st.text(max_size=3 * SUMMARY_MAX))
+def test_a_summary_is_truncated_to_200_never_refused(summary: str):
+    assert parse(SendIn, send(summary=summary)).summary == summary[:SUMMARY_MAX]
+
+
+# extra fields and strict types
+
+
+@given(st.text(min_size=1, max_size=20).filter(lambda k: k not in SendIn.model_fields),
+       st.one_of(st.none(), st.booleans(), st.text(max_size=5)))
+def test_an_unknown_field_is_refused(field: str, value: Any):
+    with pytest.raises(ValidationError) as refused:
+        parse(SendIn, send(**{field: value}))
+    assert [e["type"] for e in refused.value.errors()] == ["extra_forbidden"]
+
+
+@given(json_non_bool)
+def test_ack_required_takes_only_a_json_boolean(value: Any):
+    assert not accepts(SendIn, send(ack_required=value))
+
+
+@given(st.one_of(st.integers(), st.booleans(), st.lists(st.text(max_size=3), max_size=2)))
+def test_a_subject_takes_only_a_string(value: Any):
+    assert not accepts(SendIn, send(subject=value))
+
+
+@given(valid_names)
+def test_to_takes_only_a_list(name: str):
+    assert not accepts(SendIn, send(to=name))
+
+
+@given(st.one_of(st.sampled_from(IMPORTANCES), st.text(max_size=8), st.integers()))
+def test_importance_is_one_of_its_four_values(value: Any):
+    assert accepts(SendIn, send(importance=value)) == (value in IMPORTANCES)
+
+
+@pytest.mark.parametrize("breaker", sorted(LINE_BREAKS))
+def test_every_line_break_character_makes_a_name_or_subject_more_than_one_line(breaker: str):
+    assert not accepts(AgentIn, {"name": f"Blue{breaker}Lake", "transport": {"kind": "inbox"}})
+    assert not accepts(SendIn, send(subject=f"first{breaker}second"))
