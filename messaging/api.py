@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging import directory, reading, sending
+from messaging import directory, reading, redrive, sending
 from messaging.auth import Caller, authenticate
 from messaging.config import Settings, get_settings
 from messaging.dispatch import BatchPublisher, Publisher
@@ -258,7 +258,18 @@ async def get_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     return ok(await reading.get_delivery(svc.store, who, delivery_id))
 
 
+@app.post("/v1/deliveries/{delivery_id}/redrive")
+async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Send a delivery again on the same route with the same id (project token)."""
+    return ok(await redrive.redrive(svc.store, svc.publisher, who, delivery_id))
+
+
 @app.post("/v1/deliveries/{delivery_id}/observed")
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
     return ok(await reading.observed(svc.store, who, delivery_id))
+
+
+from messaging.routes_live import install  # noqa: E402 - needs the app above
+
+install(app)

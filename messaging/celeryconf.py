@@ -26,6 +26,13 @@ VISIBILITY_TIMEOUT_S = 2 * TASK_TIME_LIMIT_S
 PUBLISH_TIMEOUT_S = 2.0
 
 
+# Deliveries per task. Inbox deliveries share one lease script and one store
+# round trip; a webhook delivery is one request that may take the whole
+# timeout, so each gets its own task and any free worker process can take it.
+TASK_BATCH = {"inbox": 100, "webhook": 1}
+DEFAULT_TASK_BATCH = 1
+
+
 def queue_for(transport: str) -> str:
     """The queue of one transport's deliveries."""
     return f"deliver.{transport}"

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     outbox_grace_s: float = Field(default=15.0, gt=0)
     # How often beat runs the sweeper.
     sweep_interval_s: float = Field(default=5.0, gt=0)
+    # How long a webhook lease outlives its request's timeout, so a slow answer
+    # is still recorded by its own worker.
+    webhook_lease_margin_s: float = Field(default=15.0, gt=0)
     # How long a worker owns an inbox delivery before another may finish it.
     inbox_lease_s: float = Field(default=30.0, gt=0)
 

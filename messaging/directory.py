@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
 from messaging import ids
 from messaging.auth import Caller
-from messaging.config import Settings
+from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import AgentIn, PresenceIn, ProjectIn
+from messaging.sending import Dispatcher
 from messaging.store.store import Store
 from messaging.timefmt import now_us
 from messaging.views import agent_row
 
 Json = dict[str, Any]
+
+WEBHOOK_SECRET_PREFIX = "whsec_"
+WEBHOOK_SECRET_BYTES = 32
 
 
 async def create_project(store: Store, caller: Caller, body: ProjectIn) -> Json:
@@ -88,8 +94,13 @@ async def register_agent(
     """
     caller.require_project(project_id)
     await require_project(store, project_id)
+    transport = body.transport.model_dump(exclude_none=True)
     if body.transport.kind == "webhook":
         check_webhook_url(settings, body.transport.url)
+        if not body.transport.secret:
+            # Every webhook is signed: without a secret of its own, it gets one.
+            transport["secret"] = WEBHOOK_SECRET_PREFIX + base64.b64encode(
+                secrets.token_bytes(WEBHOOK_SECRET_BYTES)).decode()
     now = str(now_us())
     token = ids.new_token("cat")
     agent: Json = {
@@ -101,7 +112,7 @@ async def register_agent(
         "presence": None,
         "last_active_us": now,
         "registered_us": now,
-        "transport": body.transport.model_dump(exclude_none=True),
+        "transport": transport,
         "bound_source": body.bound_source.model_dump(exclude_none=True)
         if body.bound_source
         else None,
@@ -110,7 +121,12 @@ async def register_agent(
         "description": body.description,
     }
     agent = await store.register_agent(agent, ids.token_hash(token))
-    return {**agent_row(agent), "project_id": project_id, "token": token}
+    answer = {**agent_row(agent), "project_id": project_id, "token": token}
+    if transport["kind"] == "webhook":
+        # Shown once, like the token: the receiver needs it to check signatures.
+        answer["transport"] = {"kind": "webhook", "url": transport["url"],
+                               "secret": transport["secret"]}
+    return answer
 
 
 async def list_agents(store: Store, caller: Caller, project_id: str) -> Json:
@@ -141,12 +157,24 @@ async def set_status(
     return agent_row(updated)
 
 
-async def set_presence(store: Store, caller: Caller, body: PresenceIn) -> Json:
-    """Record what the agent's host says of it; moves its activity forward."""
+async def set_presence(
+    store: Store, caller: Caller, body: PresenceIn, dispatcher: Dispatcher | None = None
+) -> Json:
+    """Record what the agent's host says of it; moves its activity forward.
+
+    A change to ``idle`` or ``exited`` sends the notice of every idle
+    subscription waiting on the agent, each exactly once. Their deliveries are
+    published through ``dispatcher``; without one they are due in the outbox
+    at once and the sweeper publishes them.
+    """
     project_id, agent_id = caller.require_agent()
-    updated = await store.update_agent(
-        project_id, agent_id, {"presence": body.state.value}, now_us()
-    )
+    now = now_us()
+    grace_ms = int(get_settings().outbox_grace_s * 1000) if dispatcher is not None else 0
+    updated, fired = await store.live.set_presence(
+        project_id, agent_id, body.state.value, now, now // 1000 + grace_ms)
     if updated is None:
         raise not_found("agent")
+    if dispatcher is not None:
+        for notice in fired:
+            dispatcher.submit(project_id, notice.transport, notice.delivery_id)
     return agent_row(updated)

@@ -17,12 +17,19 @@ from collections.abc import Iterable
 
 from celery import Celery
 
-from messaging.celeryconf import DELIVER_TASK, celery_config, queue_for
+from messaging.celeryconf import (
+    DEFAULT_TASK_BATCH,
+    DELIVER_TASK,
+    TASK_BATCH,
+    celery_config,
+    queue_for,
+)
 from messaging.config import Settings
 
 log = logging.getLogger(__name__)
 
-BATCH_MAX = 100
+# How many admitted deliveries the publisher thread takes at once.
+BATCH_MAX = 400
 IDLE_WAIT_S = 0.5
 
 
@@ -47,14 +54,15 @@ class Publisher:
         )
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
-        """Publish (project, transport, delivery) items in tasks of up to BATCH_MAX."""
+        """Publish (project, transport, delivery) items, TASK_BATCH of a transport per task."""
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         tasks = 0
         for (project_id, transport), dids in groups.items():
-            for start in range(0, len(dids), BATCH_MAX):
-                self.publish(project_id, transport, dids[start : start + BATCH_MAX])
+            size = TASK_BATCH.get(transport, DEFAULT_TASK_BATCH)
+            for start in range(0, len(dids), size):
+                self.publish(project_id, transport, dids[start : start + size])
                 tasks += 1
         return tasks
 
@@ -95,7 +103,7 @@ class BatchPublisher:
         if first is None:
             return [], True
         batch = [first]
-        while len(batch) < BATCH_MAX * 4:
+        while len(batch) < BATCH_MAX:
             try:
                 item = self.pending.get_nowait()
             except queue.Empty:

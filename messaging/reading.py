@@ -108,7 +108,8 @@ async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
             if msg is not None and _wanted(q, msg, dlv):
                 items.append({**msg, "delivery_id": did, "read_ts": rfc3339(dlv.get("read_us")),
                               "ack_ts": rfc3339(dlv.get("ack_us"))})
-    await store.observe(project_id, agent_id, [m["delivery_id"] for m in items], now_us())
+    await store.observe(project_id, agent_id,
+                        [(m["delivery_id"], m["sender_id"]) for m in items], now_us())
     return {"messages": items, "next_cursor": str(after)}
 
 
@@ -176,7 +177,7 @@ async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
         delivery_id) == project_id else (None,)
     if dlv is None or dlv["agent_id"] != agent_id:
         raise not_found("delivery")
-    await store.observe(project_id, agent_id, [delivery_id], now_us())
+    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us())
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
         raise not_found("delivery")

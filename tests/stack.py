@@ -54,6 +54,7 @@ _READERS = {
     "zset": lambda r, k: r.zrange(k, 0, -1, withscores=True),
     "set": lambda r, k: sorted(r.smembers(k)),
     "list": lambda r, k: r.lrange(k, 0, -1),
+    "stream": lambda r, k: r.xrange(k),
 }
 
 

@@ -16,6 +16,9 @@ from workers.app import app
 
 log: logging.Logger = get_task_logger(__name__)
 
+LEASE_EXPIRED = "the worker's lease ran out before it recorded an outcome; whether the " \
+    "receiver got the request is unknown"
+
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
 
@@ -44,24 +47,42 @@ def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> int:
     nothing; returns how many deliveries this run leased.
     """
     carrier = transports.get(transport)
-    leased = store().lease(project_id, delivery_ids, int(carrier.lease_s * 1000),
-                           carrier.idempotent)
-    if leased:
-        carrier.deliver(store(), project_id, leased)
-    return len(leased)
+    lease_ms = int(carrier.lease_s * 1000)
+    if carrier.idempotent:
+        leased = store().lease(project_id, delivery_ids, lease_ms, True)
+        if leased:
+            carrier.deliver(store(), project_id, leased)
+        return len(leased)
+    # One lease per request, taken just before it: a lease never runs out while
+    # its delivery waits behind others in the same task.
+    count = 0
+    for delivery_id in delivery_ids:
+        leased = store().lease(project_id, [delivery_id], lease_ms, False)
+        if leased:
+            carrier.deliver(store(), project_id, leased)
+            count += 1
+    return count
 
 
 @app.task(name=SWEEP_TASK)
 def sweep() -> int:
-    """Publish again what was admitted but never dispatched, or is due for retry.
+    """Publish again what was admitted but never dispatched, is due for a retry
+    or a redrive, or whose idempotent worker died; record `unknown` where a
+    non-idempotent worker's lease ran out.
 
     Returns how many deliveries were published again.
     """
     grace_ms = int(get_settings().outbox_grace_s * 1000)
+    idempotent = [kind for kind, t in transports.registry().items() if t.idempotent]
     published = 0
     for project_id in store().project_ids():
-        actions = store().sweep(project_id, grace_ms)
+        actions = store().sweep(project_id, grace_ms, idempotent)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
+        for a in actions:
+            if a.action == "expired" and store().expire_lease(project_id, a.delivery_id,
+                                                              LEASE_EXPIRED):
+                log.warning("delivery %s: lease ran out after hand-off; outcome unknown",
+                            a.delivery_id)
         if todo:
             publisher().publish_grouped(todo)
             published += len(todo)

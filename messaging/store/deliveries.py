@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -12,6 +14,9 @@ from messaging.store.scripts import Scripts
 from messaging.timefmt import now_us
 
 SWEEP_BATCH = 500
+LEASE_FIELDS = 7
+
+Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,9 @@ class Leased:
     fence: int
     agent_id: str
     message_id: str
-    attempt: int
+    sender_id: str
+    attempt: int  # since admission
+    round_attempt: int  # since admission or the last redrive: what the retry schedule counts
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,8 @@ class SweepAction:
     action: str  # "publish" or "expired"
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Wall-clock time in milliseconds."""
     return time.time_ns() // 1_000_000
 
 
@@ -56,13 +64,14 @@ class DeliveryStore:
         """Take the dispatch lease of each free delivery; the rest are someone else's."""
         raw = self.scripts.lease_deliveries(
             keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in delivery_ids],
-            args=[str(_now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
+            args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
         )
         out = []
-        for i in range(0, len(raw), 5):
-            index, fence, agent_id, message_id, attempt = raw[i : i + 5]
+        for i in range(0, len(raw), LEASE_FIELDS):
+            index, fence, agent_id, message_id, sender_id, attempt, round_attempt = raw[
+                i : i + LEASE_FIELDS]
             out.append(Leased(delivery_ids[int(index) - 2], int(fence), agent_id, message_id,
-                              int(attempt)))
+                              sender_id, int(attempt), int(round_attempt)))
         return out
 
     def deliver_inbox(self, project_id: str, leased: list[Leased]) -> int:
@@ -72,23 +81,60 @@ class DeliveryStore:
         script_keys = [keys.seq(project_id), keys.due(project_id)]
         for lease in leased:
             script_keys += [keys.delivery(project_id, lease.delivery_id),
-                            keys.inbox(project_id, lease.agent_id)]
+                            keys.inbox(project_id, lease.agent_id),
+                            keys.events(project_id, lease.agent_id),
+                            keys.events(project_id, lease.sender_id)]
         fences = [str(lease.fence) for lease in leased]
-        return int(self.scripts.deliver_inbox(keys=script_keys, args=[str(now_us()), *fences]))
+        return int(self.scripts.deliver_inbox(
+            keys=script_keys, args=[str(now_us()), str(keys.EVENTS_MAXLEN), *fences]))
+
+    def load_for_send(
+        self, project_id: str, leased: list[Leased]
+    ) -> list[tuple[Json | None, Json | None]]:
+        """The (message record, recipient agent) of each leased delivery, one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for lease in leased:
+            pipe.hgetall(keys.message(project_id, lease.message_id))
+            pipe.hget(keys.agents(project_id), lease.agent_id)
+        raw = pipe.execute()
+        out: list[tuple[Json | None, Json | None]] = []
+        for i in range(0, len(raw), 2):
+            record, agent = raw[i], raw[i + 1]
+            out.append((dict(record) if record else None, json.loads(agent) if agent else None))
+        return out
+
+    def record_outcome(self, project_id: str, lease: Leased, kind: str, retry_at_ms: int,
+                       error: str, displayed: bool) -> bool:
+        """Record one attempt's outcome under its token; False when the lease was lost."""
+        return bool(self.scripts.record_outcome(
+            keys=[keys.due(project_id), keys.delivery(project_id, lease.delivery_id),
+                  keys.events(project_id, lease.sender_id)],
+            args=[str(lease.fence), str(now_us()), kind, str(retry_at_ms), error,
+                  "1" if displayed else "0", str(keys.EVENTS_MAXLEN)],
+        ))
+
+    def expire_lease(self, project_id: str, delivery_id: str, error: str) -> bool:
+        """Record ``unknown`` for a delivery whose non-idempotent lease ran out."""
+        sender_id = self.client.hget(keys.delivery(project_id, delivery_id), "sender_id")
+        return bool(self.scripts.expire_lease(
+            keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
+                  keys.events(project_id, str(sender_id or ""))],
+            args=[str(now_ms()), str(now_us()), error, str(keys.EVENTS_MAXLEN)],
+        ))
 
     def project_ids(self) -> list[str]:
         """Every project (the sweeper's round)."""
-        return sorted(self.client.smembers(keys.PROJECTS))
+        return sorted(str(p) for p in self.client.smembers(keys.PROJECTS))
 
-    def sweep(self, project_id: str, grace_ms: int) -> list[SweepAction]:
+    def sweep(self, project_id: str, grace_ms: int, idempotent: list[str]) -> list[SweepAction]:
         """Overdue deliveries of one project and what to do with each."""
-        now = _now_ms()
+        now = now_ms()
         dids = self.client.zrangebyscore(keys.due(project_id), "-inf", now, start=0,
                                          num=SWEEP_BATCH)
         if not dids:
             return []
         raw = self.scripts.sweep_due(
             keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in dids],
-            args=[str(now), str(grace_ms)],
+            args=[str(now), str(grace_ms), " ".join(idempotent)],
         )
         return [SweepAction(*raw[i : i + 3]) for i in range(0, len(raw), 3)]

@@ -21,6 +21,17 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :due                                   zset   delivery_id by due time (ms): the
                                                   outbox and the retry schedule       no TTL
     :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
+    :events:<agent_id>                     stream one agent's live events (new mail,
+                                                  idle notices, its sends' deliveries);
+                                                  capped near EVENTS_MAXLEN entries    no TTL
+    :sub:<subscription_id>                 hash   one idle subscription: subscriber,
+                                                  target, state, outcome, the notice's
+                                                  ids and prepared texts (subscriptions.py) no TTL
+    :idle_subs                             hash   target agent_id -> JSON {subscription_id:
+                                                  {s: subscriber, m: notice message id,
+                                                  d: notice delivery id, t: notice thread}},
+                                                  the subscriptions still waiting     no TTL
+    :sub_due                               zset   waiting subscription ids by expiry (ms) no TTL
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ from __future__ import annotations
 import hashlib
 
 PREFIX = "courier"
+# The newest events an agent's stream keeps for resuming (approximate cap).
+EVENTS_MAXLEN = 10_000
 PROJECTS = f"{PREFIX}:projects"
 
 
@@ -102,3 +115,23 @@ def due(project_id: str) -> str:
 def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str:
     """One idempotency record; the client's key is hashed, never used raw."""
     return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"
+
+
+def events(project_id: str, agent_id: str) -> str:
+    """One agent's event stream."""
+    return f"{_p(project_id)}:events:{agent_id}"
+
+
+def subscription(project_id: str, subscription_id: str) -> str:
+    """One idle subscription's hash."""
+    return f"{_p(project_id)}:sub:{subscription_id}"
+
+
+def idle_subscriptions(project_id: str) -> str:
+    """The waiting idle subscriptions of the project, by target agent."""
+    return f"{_p(project_id)}:idle_subs"
+
+
+def subscriptions_due(project_id: str) -> str:
+    """Waiting idle subscriptions by the time they expire."""
+    return f"{_p(project_id)}:sub_due"

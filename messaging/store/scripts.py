@@ -26,3 +26,6 @@ class Scripts:
         self.observe_deliveries = load("observe_deliveries")
         self.sweep_due = load("sweep_due")
         self.mark_message = load("mark_message")
+        self.record_outcome = load("record_outcome")
+        self.expire_lease = load("expire_lease")
+        self.redrive = load("redrive")

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 
 from messaging import ids
 from messaging.store import keys
+from messaging.store.live import Live
 from messaging.store.scripts import Scripts
 
 IDEMPOTENCY_TTL_S = 7 * 24 * 3600
@@ -23,6 +24,7 @@ class Store:
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self.scripts = Scripts(client)
+        self.live = Live(client)
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -176,16 +178,25 @@ class Store:
         return [(did, int(score)) for did, score in rows]
 
     async def observe(
-        self, project_id: str, agent_id: str, delivery_ids: list[str], now_us: int
+        self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int
     ) -> int:
-        """Record that the agent's side showed these deliveries."""
+        """Record that the agent's side showed these (delivery id, sender id) deliveries."""
+        script_keys = [keys.agents(project_id)]
+        for delivery_id, sender_id in deliveries:
+            script_keys += [keys.delivery(project_id, delivery_id),
+                            keys.events(project_id, sender_id)]
         return int(
             await self.scripts.observe_deliveries(
-                keys=[keys.agents(project_id)]
-                + [keys.delivery(project_id, d) for d in delivery_ids],
-                args=[agent_id, str(now_us)],
+                keys=script_keys, args=[agent_id, str(now_us), str(keys.EVENTS_MAXLEN)]
             )
         )
+
+    async def redrive(self, project_id: str, delivery_id: str, now_ms: int) -> str:
+        """Ask for a new attempt; "ok" or why not ("missing", "accepted", "in_flight")."""
+        return str(await self.scripts.redrive(
+            keys=[keys.due(project_id), keys.delivery(project_id, delivery_id)],
+            args=[str(now_ms)],
+        ))
 
     async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:
         """Set read (or ack and read) once; returns [read_us, ack_us]."""

@@ -136,7 +136,8 @@ for i, id in ipairs(order) do
   local presence = ag.presence
   if type(presence) ~= "string" then presence = "unknown" end
   redis.call("HSET", KEYS[8 + i],
-    "id", did, "message_id", a.message_id, "agent_id", id, "recipient", label,
+    "id", did, "message_id", a.message_id, "agent_id", id, "sender_id", a.sender_id,
+    "recipient", label,
     "transport", ag.transport.kind, "policy", policy, "stage", "target_selected",
     "admitted_us", now, "target_selected_us", now, "fence", 0, "lease_until_ms", 0,
     "retry_at_ms", 0, "attempts", "[]")

@@ -10,24 +10,30 @@
 -- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
 --          lease may then be taken over), "0" otherwise
 --
--- A delivery is free when it is admitted or selected, or waiting for a retry
--- whose time has come, or (idempotent transports only) its holder's lease
--- expired. Stages only move forward; a recorded outcome is never leased.
+-- A delivery is free when it is admitted or selected; or waiting for a retry
+-- (or a redrive) whose time has come and no one holds it; or, for idempotent
+-- transports only, its holder's lease expired before it recorded an outcome.
+-- A recorded outcome is leased again only by a redrive. Stages only move
+-- forward: a redriven delivery keeps its stage while the new attempt runs.
 --
--- Returns a flat array: for each leased delivery its index in KEYS (from 2),
--- fence, agent id, message id and attempt number.
+-- Returns a flat array, 7 fields per leased delivery: its index in KEYS (from
+-- 2), fence, agent id, message id, sender id, attempt number, and the attempt
+-- number within this round (attempts since admission or the last redrive).
 
 local now_ms = tonumber(ARGV[1])
 local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
 local out = {}
 for i = 2, #KEYS do
   local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
-    "agent_id", "message_id", "attempts", "id", "dispatch_started_us")
+    "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
+    "sender_id", "round_base")
   local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
   local free = false
-  if stage == "admitted" or stage == "target_selected" then
+  if d[11] == "1" then
+    free = lease == 0 and retry_at <= now_ms
+  elseif stage == "admitted" or stage == "target_selected" then
     free = true
-  elseif stage == "dispatch_started" then
+  elseif stage == "dispatch_started" and not d[10] then
     if lease == 0 then
       free = retry_at <= now_ms
     elseif lease < now_ms then
@@ -39,17 +45,19 @@ for i = 2, #KEYS do
     local attempts = cjson.decode(d[7])
     local n = #attempts + 1
     attempts[n] = {n = n, started_us = ARGV[2]}
-    redis.call("HSET", KEYS[i], "stage", "dispatch_started", "fence", fence,
-      "lease_until_ms", lease_until, "retry_at_ms", 0, "attempts", cjson.encode(attempts))
+    redis.call("HSET", KEYS[i], "fence", fence, "lease_until_ms", lease_until,
+      "retry_at_ms", 0, "attempts", cjson.encode(attempts))
+    if stage == "admitted" or stage == "target_selected" then
+      redis.call("HSET", KEYS[i], "stage", "dispatch_started")
+    end
     if not d[9] then
       redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
     end
+    redis.call("HDEL", KEYS[i], "redrive")
     redis.call("ZADD", KEYS[1], lease_until, d[8])
-    table.insert(out, i)
-    table.insert(out, fence)
-    table.insert(out, d[5])
-    table.insert(out, d[6])
-    table.insert(out, n)
+    for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0")}) do
+      table.insert(out, v)
+    end
   end
 end
 return out

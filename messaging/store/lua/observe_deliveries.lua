@@ -1,19 +1,26 @@
 -- observe_deliveries: the recipient's side showed these deliveries; record
--- `delivery_observed` where the outcome is recorded and it is not yet seen.
+-- `delivery_observed` where the outcome is `accepted` and it is not yet seen,
+-- and tell each sender (a `delivery` event).
 --
--- KEYS[1]     agents  hash  agent_id -> agent JSON (the observer's activity)
--- KEYS[2..]   dlv     hash  one delivery each
+-- KEYS[1]     agents  hash    agent_id -> agent JSON (the observer's activity)
+-- KEYS[2..]   two per delivery: its dlv hash, the sender's events stream
 --
 -- ARGV[1]  observing agent id
 -- ARGV[2]  now, us (decimal string)
+-- ARGV[3]  events stream cap (approximate MAXLEN)
 --
 -- Returns the number of deliveries newly observed.
 
 local n = 0
-for i = 2, #KEYS do
-  local d = redis.call("HMGET", KEYS[i], "stage", "agent_id")
-  if d[1] == "provider_result_recorded" and d[2] == ARGV[1] then
-    redis.call("HSET", KEYS[i], "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
+for p = 0, (#KEYS - 1) / 2 - 1 do
+  local dlv = KEYS[2 + 2 * p]
+  local d = redis.call("HMGET", dlv, "stage", "agent_id", "outcome", "id", "message_id",
+    "recipient")
+  if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and d[3] == "accepted" then
+    redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
+    redis.call("XADD", KEYS[3 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
+      "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
+        stage = "delivery_observed", outcome = "accepted"}))
     n = n + 1
   end
 end

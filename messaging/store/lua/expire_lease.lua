@@ -1,0 +1,40 @@
+-- expire_lease: a non-idempotent transport's worker held the lease past its
+-- end without recording an outcome (it died, or hangs). Whether the request
+-- reached the receiver cannot be known: record `unknown`, never retry, and
+-- raise the fence so the old holder can no longer record anything.
+--
+-- KEYS[1]  due     zset    delivery ids by due time (ms)
+-- KEYS[2]  dlv     hash    the delivery
+-- KEYS[3]  events  stream  the sender's events
+--
+-- ARGV[1]  now, ms (decimal string)
+-- ARGV[2]  now, us (decimal string)
+-- ARGV[3]  error text for the attempt
+-- ARGV[4]  events stream cap (approximate MAXLEN)
+--
+-- Returns 1 when recorded `unknown`, 0 when the lease is still valid or free.
+
+local d = redis.call("HMGET", KEYS[2], "fence", "lease_until_ms", "attempts", "id", "stage",
+  "message_id", "recipient")
+local lease = tonumber(d[2] or "0")
+if lease == 0 or lease >= tonumber(ARGV[1]) then
+  return 0
+end
+local attempts = cjson.decode(d[3])
+local last = attempts[#attempts]
+last.ended_us = ARGV[2]
+last.error = ARGV[3]
+last.outcome = "unknown"
+redis.call("HSET", KEYS[2], "fence", tonumber(d[1]) + 1, "outcome", "unknown",
+  "provider_result_recorded_us", ARGV[2], "lease_until_ms", 0,
+  "attempts", cjson.encode(attempts))
+local stage = d[5]
+if stage == "dispatch_started" then
+  stage = "provider_result_recorded"
+  redis.call("HSET", KEYS[2], "stage", stage)
+end
+redis.call("ZREM", KEYS[1], d[4])
+redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
+  "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
+    stage = stage, outcome = "unknown"}))
+return 1

@@ -1,0 +1,202 @@
+"""The webhook transport against a real receiver on loopback (API.md, Webhook transport)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from standardwebhooks import Webhook
+
+from messaging.client import CourierAPIError
+from tests.receiver import Receiver
+from tests.stack import Stack, free_port, make_stack, wait_until
+
+TIMEOUT_S = 1.0
+SCHEDULE = "0.2,0.3,0.4"
+
+
+@pytest.fixture(scope="module")
+def hooks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack with a short webhook timeout and retry schedule, one worker for all queues."""
+    s = make_stack(tmp_path_factory.mktemp("webhook"), webhook_timeout_s=str(TIMEOUT_S),
+                   webhook_retry_schedule_s=SCHEDULE)
+    try:
+        s.start_worker(queues="deliver.inbox,deliver.webhook,courier.sweep", concurrency=2)
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(hang_s=TIMEOUT_S * 3)
+    r.start()
+    yield r
+    r.stop()
+
+
+class World:
+    """A project with a sender and helpers to add webhook recipients."""
+
+    def __init__(self, stack: Stack, receiver: Receiver) -> None:
+        self.stack, self.receiver = stack, receiver
+        self.op = stack.operator()
+        p = self.op.create_project(f"/srv/{uuid.uuid4().hex}")
+        self.project_id = p["project_id"]
+        self.admin = stack.client(p["token"])
+        alice = self.admin.register_agent(self.project_id, "Alice")
+        self.alice = stack.client(alice["token"])
+        self.clients = [self.op, self.admin, self.alice]
+
+    def hook(self, name: str, behaviour=None, url: str | None = None) -> tuple[str, dict]:
+        path = f"/{uuid.uuid4().hex}"
+        if behaviour is not None:
+            self.receiver.behaviours[path] = behaviour
+        row = self.admin.register_agent(
+            self.project_id, name, {"kind": "webhook", "url": url or self.receiver.url(path)})
+        return path, row
+
+    def send(self, to: str, **fields) -> str:
+        sent = self.alice.send([to], "Handoff", "# Take it\n", **fields)
+        return str(sent["delivery"]["observations"][0]["delivery_id"])
+
+    def settled(self, delivery_id: str, timeout_s: float = 15) -> dict:
+        return wait_until(lambda: (d := self.admin.delivery(delivery_id))["outcome"] and d,
+                          timeout_s, 0.05, f"an outcome for {delivery_id}")
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+
+@pytest.fixture
+def world(hooks: Stack, receiver: Receiver) -> Iterator[World]:
+    w = World(hooks, receiver)
+    yield w
+    w.close()
+
+
+def test_a_2xx_is_accepted_signed_with_the_delivery_id_and_carries_the_message(world: World):
+    path, row = world.hook("Hooky")
+    did = world.send("Hooky")
+    d = world.settled(did)
+    assert d["outcome"] == "accepted" and d["stage"] == "provider_result_recorded"
+    [req] = world.receiver.requests(path)
+    assert req.headers["webhook-id"] == did
+    payload = Webhook(row["transport"]["secret"]).verify(req.body, req.headers)
+    assert payload["delivery_id"] == did and payload["body_md"] == "# Take it\n"
+    assert payload["notification_policy"] in ("wake", "quiet") and payload["bcc"] == []
+
+
+def test_a_displayed_reply_records_delivery_observed(world: World):
+    world.hook("Shown", lambda n: (200, json.dumps({"displayed": True}).encode()))
+    d = world.settled(world.send("Shown"))
+    assert d["stage"] == "delivery_observed" and d["observed_ts"]
+
+
+def test_503_twice_then_200_is_three_attempts_and_accepted(world: World):
+    path, _ = world.hook("Flaky", lambda n: (503, b"") if n <= 2 else (200, b"{}"))
+    d = world.settled(world.send("Flaky"))
+    assert d["outcome"] == "accepted"
+    assert [a["n"] for a in d["attempts"]] == [1, 2, 3]
+    assert [a.get("error") for a in d["attempts"]] == ["HTTP 503", "HTTP 503", None]
+    seen = world.receiver.requests(path)
+    assert len(seen) == 3 and {r.headers["webhook-id"] for r in seen} == {d["delivery_id"]}
+    # the waits of the schedule lie between the attempts
+    assert seen[1].at - seen[0].at >= 0.2 and seen[2].at - seen[1].at >= 0.3
+
+
+def test_a_4xx_is_rejected_after_one_attempt(world: World):
+    path, _ = world.hook("Picky", lambda n: (400, b"{}"))
+    d = world.settled(world.send("Picky"))
+    assert d["outcome"] == "rejected" and len(d["attempts"]) == 1
+    time.sleep(1.0)
+    assert world.receiver.count(path) == 1
+
+
+def test_429_and_5xx_until_the_schedule_ends_is_failed(world: World):
+    path, _ = world.hook("Down", lambda n: (429, b"") if n % 2 else (500, b""))
+    d = world.settled(world.send("Down"))
+    assert d["outcome"] == "failed"
+    assert len(d["attempts"]) == len(SCHEDULE.split(",")) + 1 == world.receiver.count(path)
+
+
+def test_a_refused_connection_is_retried_on_the_same_url_then_failed(world: World):
+    _, row = world.hook("Gone", url=f"http://127.0.0.1:{free_port()}/hook")
+    d = world.settled(world.send("Gone"))
+    assert d["outcome"] == "failed" and len(d["attempts"]) == 4
+    assert all("not sent" in a["error"] for a in d["attempts"])
+
+
+def test_a_webhook_that_hangs_past_the_timeout_is_unknown_after_one_request(world: World):
+    path, _ = world.hook("Slow", lambda n: "hang")
+    d = world.settled(world.send("Slow"))
+    assert d["outcome"] == "unknown" and len(d["attempts"]) == 1
+    assert "timed out after sending" in d["attempts"][0]["error"]
+    time.sleep(TIMEOUT_S * 2)
+    assert world.receiver.count(path) == 1
+    assert len(world.admin.delivery(d["delivery_id"])["attempts"]) == 1
+
+
+def test_a_connection_dropped_after_sending_is_unknown_and_not_retried(world: World):
+    path, _ = world.hook("Drop", lambda n: "drop")
+    d = world.settled(world.send("Drop"))
+    assert d["outcome"] == "unknown" and len(d["attempts"]) == 1
+    time.sleep(1.0)
+    assert world.receiver.count(path) == 1
+
+
+def test_redrive_sends_again_with_the_same_webhook_id_and_records_a_new_attempt(world: World):
+    path, _ = world.hook("Later", lambda n: "drop" if n == 1 else (200, b"{}"))
+    did = world.send("Later")
+    assert world.settled(did)["outcome"] == "unknown"
+    redriven = world.admin.request("POST", f"/v1/deliveries/{did}/redrive")
+    assert redriven["delivery_id"] == did
+    d = wait_until(lambda: (x := world.admin.delivery(did))["outcome"] == "accepted" and x,
+                   what="the redriven attempt")
+    assert [a["n"] for a in d["attempts"]] == [1, 2]
+    assert [r.headers["webhook-id"] for r in world.receiver.requests(path)] == [did, did]
+    assert d["stage"] == "provider_result_recorded"
+
+
+def test_redrive_of_an_accepted_delivery_is_refused(world: World):
+    world.hook("Fine")
+    did = world.send("Fine")
+    world.settled(did)
+    with pytest.raises(CourierAPIError) as e:
+        world.admin.request("POST", f"/v1/deliveries/{did}/redrive")
+    assert e.value.status == 409 and e.value.code == "DELIVERY_NOT_REDRIVABLE"
+
+
+def test_redrive_takes_the_project_token(world: World):
+    world.hook("Other", lambda n: (400, b""))
+    did = world.send("Other")
+    world.settled(did)
+    with pytest.raises(CourierAPIError) as e:
+        world.alice.request("POST", f"/v1/deliveries/{did}/redrive")
+    assert e.value.status == 403
+
+
+def test_a_url_outside_the_allow_list_is_refused_at_registration(world: World):
+    before = world.admin.list_agents(world.project_id)
+    with pytest.raises(CourierAPIError) as e:
+        world.admin.register_agent(world.project_id, "Far",
+                                   {"kind": "webhook", "url": "http://203.0.113.7/hook"})
+    assert e.value.status == 422 and e.value.code == "INVALID_ARGUMENT"
+    assert e.value.details["field"] == "transport.url"
+    assert world.admin.list_agents(world.project_id) == before
+
+
+def test_a_given_secret_signs_and_is_never_listed(world: World):
+    path = f"/{uuid.uuid4().hex}"
+    world.admin.register_agent(world.project_id, "Keyed", {
+        "kind": "webhook", "url": world.receiver.url(path), "secret": "s3cret-words"})
+    did = world.send("Keyed")
+    world.settled(did)
+    [req] = world.receiver.requests(path)
+    Webhook(b"s3cret-words").verify(req.body, req.headers)
+    rows = world.admin.list_agents(world.project_id)
+    assert "s3cret" not in json.dumps(rows)
