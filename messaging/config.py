@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     # How long a webhook lease outlives its request's timeout, so a slow answer
     # is still recorded by its own worker.
     webhook_lease_margin_s: float = Field(default=15.0, gt=0)
+    # A webhook endpoint failing this many times in a row, for at least this
+    # long, is unhealthy: its deliveries wait, and one attempt per probe
+    # interval checks whether it is back.
+    webhook_unhealthy_failures: int = Field(default=5, ge=1)
+    webhook_unhealthy_after_s: float = Field(default=60.0, ge=0)
+    webhook_probe_interval_s: float = Field(default=30.0, gt=0)
     # How long a worker owns an inbox delivery before another may finish it.
     inbox_lease_s: float = Field(default=30.0, gt=0)
 

@@ -25,6 +25,18 @@ def label(agent: Json) -> str:
     return f"{agent['name']} [{agent['ref']}]"
 
 
+def transport_row(agent: Json) -> Json:
+    """An agent's transport without its secret; a webhook's with its endpoint health."""
+    kind = agent["transport"]["kind"]
+    if kind != "webhook":
+        return {"kind": kind}
+    endpoint = agent.get("endpoint") or {}
+    held = int(endpoint.get("hold_until_ms") or 0)
+    return {"kind": kind, "url": agent["transport"]["url"],
+            "health": "unhealthy" if held else "healthy",
+            "failures_in_a_row": int(endpoint.get("failures") or 0)}
+
+
 def agent_row(agent: Json) -> Json:
     """An agent as the agent list shows it (never its token or webhook secret)."""
     return {
@@ -35,7 +47,7 @@ def agent_row(agent: Json) -> Json:
         "status": agent["status"],
         "presence": agent.get("presence") or UNKNOWN_PRESENCE,
         "last_active_ts": rfc3339(agent["last_active_us"]),
-        "transport": {"kind": agent["transport"]["kind"]},
+        "transport": transport_row(agent),
         "bound_source": agent.get("bound_source"),
         "program": agent.get("program"),
         "model": agent.get("model"),

@@ -41,6 +41,26 @@ class SweepAction:
     action: str  # "publish" or "expired"
 
 
+@dataclass(frozen=True)
+class Result:
+    """What to record of one attempt."""
+
+    kind: str  # accepted | rejected | failed | unknown | retry
+    retry_at_ms: int = 0
+    error: str = ""
+    displayed: bool = False
+    endpoint: str = ""  # "ok" it answered, "down" it did not (or 408/429/5xx), "" unknown
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    """When an endpoint counts as unhealthy, and how often it is probed then."""
+
+    failures: int
+    after_ms: int
+    probe_ms: int
+
+
 def now_ms() -> int:
     """Wall-clock time in milliseconds."""
     return time.time_ns() // 1_000_000
@@ -63,14 +83,15 @@ class DeliveryStore:
     ) -> list[Leased]:
         """Take the dispatch lease of each free delivery; the rest are someone else's."""
         raw = self.scripts.lease_deliveries(
-            keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in delivery_ids],
+            keys=[keys.due(project_id), keys.agents(project_id)]
+            + [keys.delivery(project_id, d) for d in delivery_ids],
             args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
         )
         out = []
         for i in range(0, len(raw), LEASE_FIELDS):
             index, fence, agent_id, message_id, sender_id, attempt, round_attempt = raw[
                 i : i + LEASE_FIELDS]
-            out.append(Leased(delivery_ids[int(index) - 2], int(fence), agent_id, message_id,
+            out.append(Leased(delivery_ids[int(index) - 3], int(fence), agent_id, message_id,
                               sender_id, int(attempt), int(round_attempt)))
         return out
 
@@ -103,14 +124,16 @@ class DeliveryStore:
             out.append((dict(record) if record else None, json.loads(agent) if agent else None))
         return out
 
-    def record_outcome(self, project_id: str, lease: Leased, kind: str, retry_at_ms: int,
-                       error: str, displayed: bool) -> bool:
+    def record_outcome(self, project_id: str, lease: Leased, result: Result,
+                       health: EndpointHealth) -> bool:
         """Record one attempt's outcome under its token; False when the lease was lost."""
         return bool(self.scripts.record_outcome(
             keys=[keys.due(project_id), keys.delivery(project_id, lease.delivery_id),
-                  keys.events(project_id, lease.sender_id)],
-            args=[str(lease.fence), str(now_us()), kind, str(retry_at_ms), error,
-                  "1" if displayed else "0", str(keys.EVENTS_MAXLEN)],
+                  keys.events(project_id, lease.sender_id), keys.agents(project_id)],
+            args=[str(lease.fence), str(now_us()), result.kind, str(result.retry_at_ms),
+                  result.error, "1" if result.displayed else "0", str(keys.EVENTS_MAXLEN),
+                  result.endpoint, str(health.failures), str(health.after_ms),
+                  str(health.probe_ms), str(now_ms())],
         ))
 
     def expire_lease(self, project_id: str, delivery_id: str, error: str) -> bool:

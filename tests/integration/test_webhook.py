@@ -200,3 +200,40 @@ def test_a_given_secret_signs_and_is_never_listed(world: World):
     Webhook(b"s3cret-words").verify(req.body, req.headers)
     rows = world.admin.list_agents(world.project_id)
     assert "s3cret" not in json.dumps(rows)
+
+
+def test_an_endpoint_failing_for_a_sustained_time_is_unhealthy_and_its_deliveries_wait(
+        tmp_path_factory: pytest.TempPathFactory, receiver: Receiver):
+    stack = make_stack(tmp_path_factory.mktemp("health"), webhook_timeout_s="1",
+                       webhook_retry_schedule_s="0.1,0.1,0.1,0.1,0.1,0.1",
+                       webhook_unhealthy_failures="3", webhook_unhealthy_after_s="0.2",
+                       webhook_probe_interval_s="3")
+    w = World(stack, receiver)
+    try:
+        stack.start_worker(queues="deliver.webhook,courier.sweep", concurrency=1)
+        path, row = w.hook("Sick", lambda n: (503, b""))
+        first = w.send("Sick")
+        listed = wait_until(
+            lambda: [a for a in w.admin.list_agents(w.project_id)
+                     if a["agent_id"] == row["agent_id"]
+                     and a["transport"]["health"] == "unhealthy"],
+            10, 0.1, "the endpoint marked unhealthy")
+        assert listed[0]["transport"]["failures_in_a_row"] >= 3
+        # while held, nothing is sent to it: no hammering
+        hits = w.receiver.count(path)
+        second = w.send("Sick")
+        time.sleep(1.5)
+        assert w.receiver.count(path) == hits
+        assert w.admin.delivery(second)["attempts"] == []
+        # the endpoint comes back: the next probe succeeds and the waiting mail goes out
+        w.receiver.behaviours[path] = lambda n: (200, b"{}")
+        d = wait_until(lambda: (x := w.admin.delivery(second))["outcome"] and x, 15, 0.2,
+                       "the held delivery after the endpoint recovered")
+        assert d["outcome"] == "accepted"
+        healthy = [a for a in w.admin.list_agents(w.project_id)
+                   if a["agent_id"] == row["agent_id"]][0]
+        assert healthy["transport"]["health"] == "healthy"
+        assert w.admin.delivery(first)["outcome"] in ("accepted", "failed")
+    finally:
+        w.close()
+        stack.stop()

@@ -22,7 +22,7 @@ import httpx
 from standardwebhooks import Webhook
 
 from messaging.config import get_settings
-from messaging.store.deliveries import DeliveryStore, Leased
+from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
 from messaging.views import message_view
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,13 @@ class Outcome:
     kind: str  # accepted | rejected | retry | unknown
     error: str = ""
     displayed: bool = False
+
+    @property
+    def endpoint(self) -> str:
+        """What the attempt says of the endpoint's health."""
+        if self.kind in ("accepted", "rejected"):
+            return "ok"
+        return "down" if self.kind == "retry" else ""
 
 
 def signer(secret: str) -> Webhook:
@@ -109,6 +116,11 @@ class WebhookTransport:
         self.timeout_s = settings.webhook_timeout_s
         self.schedule_s = settings.retry_schedule_s
         self.lease_s = self.timeout_s + settings.webhook_lease_margin_s
+        self.health = EndpointHealth(
+            failures=settings.webhook_unhealthy_failures,
+            after_ms=int(settings.webhook_unhealthy_after_s * 1000),
+            probe_ms=int(settings.webhook_probe_interval_s * 1000),
+        )
         self._client: httpx.Client | None = None
 
     @property
@@ -144,13 +156,13 @@ class WebhookTransport:
                 outcome: Outcome) -> None:
         kind, retry_at_ms = outcome.kind, 0
         if kind == "retry":
-            if lease.attempt <= len(self.schedule_s):
-                wait_s = self.schedule_s[lease.attempt - 1]
+            if lease.round_attempt <= len(self.schedule_s):
+                wait_s = self.schedule_s[lease.round_attempt - 1]
                 retry_at_ms = int((time.time() + wait_s) * 1000)
             else:
                 kind = "failed"
-        recorded = store.record_outcome(project_id, lease, kind, retry_at_ms, outcome.error,
-                                        outcome.displayed)
+        result = Result(kind, retry_at_ms, outcome.error, outcome.displayed, outcome.endpoint)
+        recorded = store.record_outcome(project_id, lease, result, self.health)
         if not recorded:
             log.warning("delivery %s: lease lost before its outcome (%s) was recorded",
                         lease.delivery_id, kind)

@@ -1,8 +1,9 @@
 -- lease_deliveries: take the dispatch lease of each delivery that is free,
 -- with a fresh fencing token, and record the attempt before any I/O.
 --
--- KEYS[1]     due   zset  delivery ids by due time (ms)
--- KEYS[2..]   dlv   hash  one delivery each
+-- KEYS[1]     due     zset  delivery ids by due time (ms)
+-- KEYS[2]     agents  hash  agent_id -> agent JSON (a webhook endpoint's health)
+-- KEYS[3..]   dlv     hash  one delivery each
 --
 -- ARGV[1]  now, ms (decimal string)
 -- ARGV[2]  now, us (decimal string)
@@ -15,15 +16,34 @@
 -- transports only, its holder's lease expired before it recorded an outcome.
 -- A recorded outcome is leased again only by a redrive. Stages only move
 -- forward: a redriven delivery keeps its stage while the new attempt runs.
+-- A free delivery whose recipient's endpoint is held (unhealthy, see
+-- record_outcome) is not leased: it is due again when the hold ends.
 --
 -- Returns a flat array, 7 fields per leased delivery: its index in KEYS (from
--- 2), fence, agent id, message id, sender id, attempt number, and the attempt
+-- 3), fence, agent id, message id, sender id, attempt number, and the attempt
 -- number within this round (attempts since admission or the last redrive).
 
 local now_ms = tonumber(ARGV[1])
 local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
 local out = {}
-for i = 2, #KEYS do
+local holds = {}
+
+-- Until when the recipient's endpoint is held (0: not held).
+local function held_until(agent_id)
+  if holds[agent_id] == nil then
+    holds[agent_id] = 0
+    local raw = redis.call("HGET", KEYS[2], agent_id)
+    if raw then
+      local ep = cjson.decode(raw).endpoint
+      if type(ep) == "table" and ep.hold_until_ms then
+        holds[agent_id] = tonumber(ep.hold_until_ms)
+      end
+    end
+  end
+  return holds[agent_id]
+end
+
+for i = 3, #KEYS do
   local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
     "sender_id", "round_base")
@@ -38,6 +58,13 @@ for i = 2, #KEYS do
       free = retry_at <= now_ms
     elseif lease < now_ms then
       free = ARGV[4] == "1"
+    end
+  end
+  if free then
+    local hold = held_until(d[5])
+    if hold > now_ms then
+      free = false
+      redis.call("ZADD", KEYS[1], string.format("%d", hold), d[8])
     end
   end
   if free then

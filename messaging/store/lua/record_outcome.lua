@@ -5,6 +5,7 @@
 -- KEYS[1]  due     zset    delivery ids by due time (ms)
 -- KEYS[2]  dlv     hash    the delivery
 -- KEYS[3]  events  stream  the sender's events
+-- KEYS[4]  agents  hash    agent_id -> agent JSON (the endpoint's health)
 --
 -- ARGV[1]  fencing token of the lease
 -- ARGV[2]  now, us (decimal string)
@@ -13,6 +14,14 @@
 -- ARGV[5]  error text for the attempt ("" for none)
 -- ARGV[6]  "1" when the recipient's side already showed it (delivery_observed)
 -- ARGV[7]  events stream cap (approximate MAXLEN)
+-- ARGV[8]  what the attempt says of the endpoint: "ok" (it answered),
+--          "down" (no answer, or 408/429/5xx), "" (nothing known)
+-- ARGV[9]  failures in a row that, lasting ARGV[10] ms or more, make the
+--          endpoint unhealthy; ARGV[11] ms: how long it is then held before
+--          the next attempt probes it; ARGV[12] now, ms
+--
+-- An unhealthy endpoint's deliveries wait (lease_deliveries skips them) until
+-- the hold ends; one attempt then probes it, and an answer makes it healthy.
 --
 -- Returns 1 when recorded, 0 when the token is stale or nothing is leased.
 
@@ -21,6 +30,31 @@ local d = redis.call("HMGET", KEYS[2], "fence", "lease_until_ms", "attempts", "i
 if d[1] ~= ARGV[1] or not d[2] or d[2] == "0" then
   return 0
 end
+local function endpoint_health()
+  if ARGV[8] == "" then return end
+  local id = redis.call("HGET", KEYS[2], "agent_id")
+  local raw = redis.call("HGET", KEYS[4], id)
+  if not raw then return end
+  local agent = cjson.decode(raw)
+  local ep = agent.endpoint
+  if type(ep) ~= "table" then ep = {failures = 0} end
+  local now_ms = tonumber(ARGV[12])
+  if ARGV[8] == "ok" then
+    if ep.failures == 0 and not ep.hold_until_ms then return end
+    ep = {failures = 0}
+  else
+    ep.failures = ep.failures + 1
+    ep.failing_since_ms = ep.failing_since_ms or ARGV[12]
+    if ep.failures >= tonumber(ARGV[9])
+        and now_ms - tonumber(ep.failing_since_ms) >= tonumber(ARGV[10]) then
+      ep.hold_until_ms = string.format("%d", now_ms + tonumber(ARGV[11]))
+    end
+  end
+  agent.endpoint = ep
+  redis.call("HSET", KEYS[4], id, cjson.encode(agent))
+end
+endpoint_health()
+
 local attempts = cjson.decode(d[3])
 local last = attempts[#attempts]
 last.ended_us = ARGV[2]
