@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,12 +15,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging import directory, reading, redrive, sending
-from messaging.auth import Caller, authenticate
+from messaging import directory, metrics, reading, redrive, sending
+from messaging.auth import Caller, authenticate, bearer
 from messaging.config import Settings, get_settings
 from messaging.dispatch import BatchPublisher, Publisher
 from messaging.errors import CourierError, store_unavailable
 from messaging.models import AgentIn, InboxQuery, PresenceIn, ProjectIn, ReplyIn, SendIn, field_path
+from messaging.ratelimit import RateLimiter
 from messaging.store.store import Store
 
 # JSON escapes may make a body up to six times its text; the rest is headroom.
@@ -35,6 +37,7 @@ class Services:
     store: Store
     publisher: BatchPublisher
     operator_token: str
+    limiter: RateLimiter
 
 
 def services(request: Request) -> Services:
@@ -46,7 +49,11 @@ def services(request: Request) -> Services:
 async def caller(request: Request) -> Caller:
     """The caller of this request, from its bearer token."""
     svc = services(request)
-    return await authenticate(svc.store, svc.operator_token, request.headers.get("authorization"))
+    header = request.headers.get("authorization")
+    token = bearer(header)
+    if token is not None:
+        svc.limiter.check(token)
+    return await authenticate(svc.store, svc.operator_token, header)
 
 
 Svc = Annotated[Services, Depends(services)]
@@ -65,7 +72,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     publisher = BatchPublisher(Publisher(settings))
     publisher.start()
     svc = Services(settings, Store.from_url(settings.store_url), publisher,
-                   settings.resolve_operator_token())
+                   settings.resolve_operator_token(), RateLimiter(settings.rate_limit_per_s))
     app.state.services = svc
     try:
         yield
@@ -97,8 +104,15 @@ app = FastAPI(title="Courier", version="1", lifespan=lifespan)
 app.add_middleware(BodyLimit)
 
 
+def _is_send(request: Request) -> bool:
+    path = request.url.path
+    return request.method == "POST" and (path == "/v1/messages" or path.endswith("/reply"))
+
+
 @app.exception_handler(CourierError)
 async def _courier_error(request: Request, exc: CourierError) -> JSONResponse:
+    if _is_send(request):
+        metrics.count_admission(exc.code)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
@@ -145,16 +159,37 @@ async def healthz() -> PlainTextResponse:
     return PlainTextResponse("ok\n")
 
 
+# How long /readyz and /metrics wait for the broker.
+BROKER_PROBE_TIMEOUT_S = 3.0
+
+
 @app.get("/readyz")
 async def readyz(svc: Svc) -> JSONResponse:
-    """The store answers and the last publish reached the broker."""
+    """The store and the broker both answer."""
     try:
         store_ok = await svc.store.ping()
     except redis.exceptions.RedisError:
         store_ok = False
-    ready = store_ok and svc.publisher.broker_ok
-    return ok({"ready": ready, "store": store_ok, "broker": svc.publisher.broker_ok},
-              200 if ready else 503)
+    try:
+        broker_ok = await asyncio.wait_for(
+            asyncio.to_thread(svc.publisher.publisher.ping), BROKER_PROBE_TIMEOUT_S)
+    except TimeoutError:
+        broker_ok = False
+    ready = store_ok and broker_ok
+    return ok({"ready": ready, "store": store_ok, "broker": broker_ok}, 200 if ready else 503)
+
+
+@app.get("/metrics")
+async def prometheus(svc: Svc) -> PlainTextResponse:
+    """Prometheus text: admissions here, deliveries and queues of the deployment."""
+    totals, due = await metrics.store_counters(svc.store)
+    try:
+        depths = await asyncio.wait_for(
+            asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
+    except Exception:  # broker unreachable: the other figures still help
+        depths = {}
+    return PlainTextResponse(metrics.render(totals, due, depths).decode(),
+                             media_type="text/plain; version=0.0.4")
 
 
 # projects and agents
@@ -203,6 +238,7 @@ async def presence(body: PresenceIn, svc: Svc, who: Who) -> JSONResponse:
 async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
     """Admit a message."""
     sent = await sending.send(svc.store, svc.settings, svc.publisher, who, body)
+    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
     return ok(sent.body, sent.status)
 
 
@@ -210,6 +246,7 @@ async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
 async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
     """Reply in the message's thread, to its sender."""
     sent = await sending.reply(svc.store, svc.settings, svc.publisher, who, message_id, body)
+    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
     return ok(sent.body, sent.status)
 
 
@@ -268,8 +305,3 @@ async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
     return ok(await reading.observed(svc.store, who, delivery_id))
-
-
-from messaging.routes_live import install  # noqa: E402 - needs the app above
-
-install(app)

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from celery import Celery
+from kombu.exceptions import ChannelError
 
 from messaging.celeryconf import (
     DEFAULT_TASK_BATCH,
@@ -65,6 +66,36 @@ class Publisher:
                 self.publish(project_id, transport, dids[start : start + size])
                 tasks += 1
         return tasks
+
+    def queue_depths(self) -> dict[str, int]:
+        """Tasks waiting in each Courier queue (Redis and AMQP brokers alike).
+
+        Raises:
+            kombu/OSError exceptions when the broker is unreachable.
+        """
+        depths: dict[str, int] = {}
+        with self.app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            for queue in self.app.conf.task_queues:
+                # A channel each: AMQP closes a channel on a passive miss.
+                channel = conn.channel()
+                try:
+                    declared = channel.queue_declare(queue=queue.name, passive=True)
+                    depths[queue.name] = int(declared.message_count)
+                except ChannelError:  # Redis keeps no empty queue; AMQP may not have it yet
+                    depths[queue.name] = 0
+                finally:
+                    channel.close()
+        return depths
+
+    def ping(self) -> bool:
+        """True when the broker accepts a connection."""
+        try:
+            with self.app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1)
+            return True
+        except Exception:  # any failure to connect is "not reachable"
+            return False
 
     def close(self) -> None:
         """Release broker connections."""

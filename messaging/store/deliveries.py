@@ -14,7 +14,10 @@ from messaging.store.scripts import Scripts
 from messaging.timefmt import now_us
 
 SWEEP_BATCH = 500
-LEASE_FIELDS = 7
+LEASE_FIELDS = 8
+# Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
+DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+INF = "inf"
 
 Json = dict[str, Any]
 
@@ -30,6 +33,7 @@ class Leased:
     sender_id: str
     attempt: int  # since admission
     round_attempt: int  # since admission or the last redrive: what the retry schedule counts
+    admitted_us: int
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,13 @@ class EndpointHealth:
     probe_ms: int
 
 
+def latency(admitted_us: int) -> tuple[str, str]:
+    """The stats field of a dispatch latency's bucket, and the latency in ms."""
+    ms = max(0, (now_us() - admitted_us) // 1000)
+    bound = next((str(b) for b in DISPATCH_BUCKETS_MS if ms <= b), INF)
+    return f"dispatch_ms_le:{bound}", str(ms)
+
+
 def now_ms() -> int:
     """Wall-clock time in milliseconds."""
     return time.time_ns() // 1_000_000
@@ -89,25 +100,25 @@ class DeliveryStore:
         )
         out = []
         for i in range(0, len(raw), LEASE_FIELDS):
-            index, fence, agent_id, message_id, sender_id, attempt, round_attempt = raw[
+            index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted = raw[
                 i : i + LEASE_FIELDS]
             out.append(Leased(delivery_ids[int(index) - 3], int(fence), agent_id, message_id,
-                              sender_id, int(attempt), int(round_attempt)))
+                              sender_id, int(attempt), int(round_attempt), int(admitted)))
         return out
 
     def deliver_inbox(self, project_id: str, leased: list[Leased]) -> int:
         """Put leased deliveries in their inboxes and record ``accepted``; returns how many."""
         if not leased:
             return 0
-        script_keys = [keys.seq(project_id), keys.due(project_id)]
+        script_keys = [keys.seq(project_id), keys.due(project_id), keys.stats(project_id)]
+        args = [str(now_us()), str(keys.EVENTS_MAXLEN)]
         for lease in leased:
+            args += [str(lease.fence), *latency(lease.admitted_us)]
             script_keys += [keys.delivery(project_id, lease.delivery_id),
                             keys.inbox(project_id, lease.agent_id),
                             keys.events(project_id, lease.agent_id),
                             keys.events(project_id, lease.sender_id)]
-        fences = [str(lease.fence) for lease in leased]
-        return int(self.scripts.deliver_inbox(
-            keys=script_keys, args=[str(now_us()), str(keys.EVENTS_MAXLEN), *fences]))
+        return int(self.scripts.deliver_inbox(keys=script_keys, args=args))
 
     def load_for_send(
         self, project_id: str, leased: list[Leased]
@@ -129,20 +140,23 @@ class DeliveryStore:
         """Record one attempt's outcome under its token; False when the lease was lost."""
         return bool(self.scripts.record_outcome(
             keys=[keys.due(project_id), keys.delivery(project_id, lease.delivery_id),
-                  keys.events(project_id, lease.sender_id), keys.agents(project_id)],
+                  keys.events(project_id, lease.sender_id), keys.agents(project_id),
+                  keys.stats(project_id)],
             args=[str(lease.fence), str(now_us()), result.kind, str(result.retry_at_ms),
                   result.error, "1" if result.displayed else "0", str(keys.EVENTS_MAXLEN),
                   result.endpoint, str(health.failures), str(health.after_ms),
-                  str(health.probe_ms), str(now_ms())],
+                  str(health.probe_ms), str(now_ms()), *latency(lease.admitted_us)],
         ))
 
     def expire_lease(self, project_id: str, delivery_id: str, error: str) -> bool:
         """Record ``unknown`` for a delivery whose non-idempotent lease ran out."""
-        sender_id = self.client.hget(keys.delivery(project_id, delivery_id), "sender_id")
+        sender_id, admitted_us = self.client.hmget(
+            keys.delivery(project_id, delivery_id), ["sender_id", "admitted_us"])
         return bool(self.scripts.expire_lease(
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
-                  keys.events(project_id, str(sender_id or ""))],
-            args=[str(now_ms()), str(now_us()), error, str(keys.EVENTS_MAXLEN)],
+                  keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],
+            args=[str(now_ms()), str(now_us()), error, str(keys.EVENTS_MAXLEN),
+                  *latency(int(admitted_us or 0))],
         ))
 
     def project_ids(self) -> list[str]:

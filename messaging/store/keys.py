@@ -21,6 +21,9 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :due                                   zset   delivery_id by due time (ms): the
                                                   outbox and the retry schedule       no TTL
     :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
+    :stats                                 hash   counters for /metrics: outcome:<kind>,
+                                                  observed, dispatch_ms_le:<bound>,
+                                                  dispatch_ms_sum                     no TTL
     :events:<agent_id>                     stream one agent's live events (new mail,
                                                   idle notices, its sends' deliveries);
                                                   capped near EVENTS_MAXLEN entries    no TTL
@@ -135,3 +138,8 @@ def idle_subscriptions(project_id: str) -> str:
 def subscriptions_due(project_id: str) -> str:
     """Waiting idle subscriptions by the time they expire."""
     return f"{_p(project_id)}:sub_due"
+
+
+def stats(project_id: str) -> str:
+    """The project's delivery counters."""
+    return f"{_p(project_id)}:stats"

@@ -181,7 +181,7 @@ class Store:
         self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int
     ) -> int:
         """Record that the agent's side showed these (delivery id, sender id) deliveries."""
-        script_keys = [keys.agents(project_id)]
+        script_keys = [keys.agents(project_id), keys.stats(project_id)]
         for delivery_id, sender_id in deliveries:
             script_keys += [keys.delivery(project_id, delivery_id),
                             keys.events(project_id, sender_id)]

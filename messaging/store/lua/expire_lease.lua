@@ -6,11 +6,14 @@
 -- KEYS[1]  due     zset    delivery ids by due time (ms)
 -- KEYS[2]  dlv     hash    the delivery
 -- KEYS[3]  events  stream  the sender's events
+-- KEYS[4]  stats   hash    delivery counters
 --
 -- ARGV[1]  now, ms (decimal string)
 -- ARGV[2]  now, us (decimal string)
 -- ARGV[3]  error text for the attempt
 -- ARGV[4]  events stream cap (approximate MAXLEN)
+-- ARGV[5]  the stats field of this delivery's dispatch latency bucket
+-- ARGV[6]  its dispatch latency (admitted to outcome), ms
 --
 -- Returns 1 when recorded `unknown`, 0 when the lease is still valid or free.
 
@@ -34,6 +37,9 @@ if stage == "dispatch_started" then
   redis.call("HSET", KEYS[2], "stage", stage)
 end
 redis.call("ZREM", KEYS[1], d[4])
+redis.call("HINCRBY", KEYS[4], "outcome:unknown", 1)
+redis.call("HINCRBY", KEYS[4], ARGV[5], 1)
+redis.call("HINCRBY", KEYS[4], "dispatch_ms_sum", ARGV[6])
 redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
   "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
     stage = stage, outcome = "unknown"}))

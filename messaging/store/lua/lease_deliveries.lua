@@ -19,9 +19,10 @@
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
 --
--- Returns a flat array, 7 fields per leased delivery: its index in KEYS (from
--- 3), fence, agent id, message id, sender id, attempt number, and the attempt
--- number within this round (attempts since admission or the last redrive).
+-- Returns a flat array, 8 fields per leased delivery: its index in KEYS (from
+-- 3), fence, agent id, message id, sender id, attempt number, the attempt
+-- number within this round (attempts since admission or the last redrive),
+-- and when it was admitted (us).
 
 local now_ms = tonumber(ARGV[1])
 local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
@@ -46,7 +47,7 @@ end
 for i = 3, #KEYS do
   local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
-    "sender_id", "round_base")
+    "sender_id", "round_base", "admitted_us")
   local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
   local free = false
   if d[11] == "1" then
@@ -82,7 +83,8 @@ for i = 3, #KEYS do
     end
     redis.call("HDEL", KEYS[i], "redrive")
     redis.call("ZADD", KEYS[1], lease_until, d[8])
-    for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0")}) do
+    for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
+        d[14]}) do
       table.insert(out, v)
     end
   end

@@ -3,7 +3,8 @@
 -- and tell each sender (a `delivery` event).
 --
 -- KEYS[1]     agents  hash    agent_id -> agent JSON (the observer's activity)
--- KEYS[2..]   two per delivery: its dlv hash, the sender's events stream
+-- KEYS[2]     stats   hash    delivery counters
+-- KEYS[3..]   two per delivery: its dlv hash, the sender's events stream
 --
 -- ARGV[1]  observing agent id
 -- ARGV[2]  now, us (decimal string)
@@ -12,17 +13,20 @@
 -- Returns the number of deliveries newly observed.
 
 local n = 0
-for p = 0, (#KEYS - 1) / 2 - 1 do
-  local dlv = KEYS[2 + 2 * p]
+for p = 0, (#KEYS - 2) / 2 - 1 do
+  local dlv = KEYS[3 + 2 * p]
   local d = redis.call("HMGET", dlv, "stage", "agent_id", "outcome", "id", "message_id",
     "recipient")
   if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and d[3] == "accepted" then
     redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
-    redis.call("XADD", KEYS[3 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
+    redis.call("XADD", KEYS[4 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
       "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
         stage = "delivery_observed", outcome = "accepted"}))
     n = n + 1
   end
+end
+if n > 0 then
+  redis.call("HINCRBY", KEYS[2], "observed", n)
 end
 local raw = redis.call("HGET", KEYS[1], ARGV[1])
 if raw then

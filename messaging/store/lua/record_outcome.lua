@@ -6,6 +6,7 @@
 -- KEYS[2]  dlv     hash    the delivery
 -- KEYS[3]  events  stream  the sender's events
 -- KEYS[4]  agents  hash    agent_id -> agent JSON (the endpoint's health)
+-- KEYS[5]  stats   hash    delivery counters
 --
 -- ARGV[1]  fencing token of the lease
 -- ARGV[2]  now, us (decimal string)
@@ -19,6 +20,8 @@
 -- ARGV[9]  failures in a row that, lasting ARGV[10] ms or more, make the
 --          endpoint unhealthy; ARGV[11] ms: how long it is then held before
 --          the next attempt probes it; ARGV[12] now, ms
+-- ARGV[13] the stats field of this delivery's dispatch latency bucket
+-- ARGV[14] its dispatch latency (admitted to outcome), ms
 --
 -- An unhealthy endpoint's deliveries wait (lease_deliveries skips them) until
 -- the hold ends; one attempt then probes it, and an answer makes it healthy.
@@ -61,6 +64,7 @@ last.ended_us = ARGV[2]
 last.outcome = ARGV[3]
 if ARGV[5] ~= "" then last.error = ARGV[5] end
 if ARGV[3] == "retry" then
+  redis.call("HINCRBY", KEYS[5], "retry", 1)
   redis.call("HSET", KEYS[2], "lease_until_ms", 0, "retry_at_ms", ARGV[4],
     "attempts", cjson.encode(attempts))
   redis.call("ZADD", KEYS[1], ARGV[4], d[4])
@@ -78,6 +82,12 @@ if ARGV[6] == "1" and ARGV[3] == "accepted" and stage ~= "delivery_observed" the
   redis.call("HSET", KEYS[2], "stage", stage, "delivery_observed_us", ARGV[2])
 end
 redis.call("ZREM", KEYS[1], d[4])
+redis.call("HINCRBY", KEYS[5], "outcome:" .. ARGV[3], 1)
+redis.call("HINCRBY", KEYS[5], ARGV[13], 1)
+redis.call("HINCRBY", KEYS[5], "dispatch_ms_sum", ARGV[14])
+if stage == "delivery_observed" then
+  redis.call("HINCRBY", KEYS[5], "observed", 1)
+end
 redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[7], "*", "type", "delivery",
   "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
     stage = stage, outcome = ARGV[3]}))
