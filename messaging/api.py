@@ -228,7 +228,7 @@ async def close_agent(project_id: str, agent_id: str, svc: Svc, who: Who) -> JSO
 @app.put("/v1/agents/me/presence")
 async def presence(body: PresenceIn, svc: Svc, who: Who) -> JSONResponse:
     """What the agent's host says of it."""
-    return ok(await directory.set_presence(svc.store, who, body))
+    return ok(await directory.set_presence(svc.store, who, body, svc.publisher))
 
 
 # messages
@@ -305,3 +305,8 @@ async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
     return ok(await reading.observed(svc.store, who, delivery_id))
+
+
+from messaging.routes_live import install  # noqa: E402 - needs the app above
+
+install(app)

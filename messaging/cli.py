@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from messaging.client import CourierAPIError, CourierClient
+from messaging.client import CourierAPIError, CourierClient, Event
 from messaging.config import get_settings
 
 app = typer.Typer(help="Courier: Markdown messages between the agents of one project.",
@@ -123,9 +123,103 @@ def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJso
         return
     table = Table("agent", "status", "presence", "transport", "last active")
     for r in rows:
-        table.add_row(escape(r["label"]), r["status"], r["presence"], r["transport"]["kind"],
+        table.add_row(escape(r["label"]), r["status"], r["presence"], _transport(r["transport"]),
                       r["last_active_ts"])
     out.print(table)
+
+
+@app.command()
+def presence(
+    state: Annotated[str, typer.Argument(help="busy, idle, exited or source_lost")],
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Report the presence of the token's agent (going idle sends the idle notices)."""
+    row = _call(url, token, CourierClient.set_presence, state)
+    if as_json:
+        _print_json(row)
+        return
+    out.print(f"{escape(row['label'])}: {row['presence']} (last active {row['last_active_ts']})")
+
+
+@app.command("notify-when-idle")
+def notify_when_idle(
+    target: Annotated[str, typer.Argument(help="Name or 'Name [ref]' of the agent to watch")],
+    ttl: Annotated[int | None, typer.Option(help="give up after this many seconds "
+                                                 "[default: 3600]")] = None,
+    subject: Annotated[str | None, typer.Option(help="send this message to the target first; "
+                                                     "the notice then waits for its next idle")]
+    = None,
+    body: Annotated[str | None, typer.Option(help="the message's Markdown body")] = None,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Get one notice (in the inbox and the event stream) when TARGET next goes idle or exits."""
+    message = {"subject": subject, "body_md": body or ""} if subject else None
+    sub = _call(url, token, CourierClient.subscribe_idle, target, message, ttl)
+    if as_json:
+        _print_json(sub)
+        return
+    if sub["message"]:
+        out.print(f"sent {sub['message']['id']} to {escape(sub['target'])}")
+    if sub["state"] == "notified":
+        out.print(f"{escape(sub['target'])} is already {sub['outcome']}: notice "
+                  f"{sub['notice']['message_id']} sent ({sub['subscription_id']})")
+    else:
+        out.print(f"subscription {sub['subscription_id']}: waiting for {escape(sub['target'])} "
+                  f"until {sub['expires_ts']}")
+
+
+def _event_line(event: Event) -> str:
+    d = event.data if isinstance(event.data, dict) else {"data": event.data}
+    if event.event == "message":
+        wake = "wake" if d.get("wake") else "quiet"
+        return (f"message [{wake}] {d.get('id')} from {d.get('from')}: {d.get('subject')} "
+                f"(delivery {d.get('delivery_id')})")
+    if event.event == "idle_notice":
+        return (f"idle_notice {d.get('target')} {d.get('state')} "
+                f"(subscription {d.get('subscription_id')}, message {d.get('message_id')})")
+    if event.event == "delivery":
+        return (f"delivery {d.get('delivery_id')} to {d.get('recipient')}: {d.get('stage')} "
+                f"{d.get('outcome') or ''}".rstrip())
+    return f"{event.event} {json.dumps(d, ensure_ascii=False)}"
+
+
+@app.command()
+def watch(
+    last_event_id: Annotated[str | None, typer.Option(help="resume after this event id")] = None,
+    count: Annotated[int | None, typer.Option(min=1, help="stop after this many events")] = None,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Follow the live events of the token's agent (reconnects by itself; Ctrl-C stops)."""
+    if not token:
+        _fail("no token: pass --token or set COURIER_TOKEN")
+    seen = 0
+    with CourierClient(_url(url), token) as client:
+        try:
+            for event in client.events(last_event_id, reconnect=True):
+                if as_json:
+                    print(json.dumps({"id": event.id, "event": event.event, "data": event.data},
+                                     ensure_ascii=False), flush=True)
+                else:
+                    out.print(f"{event.id or '-'}  {escape(_event_line(event))}",
+                              highlight=False)
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+        except CourierAPIError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            return
+
+
+def _transport(t: dict[str, Any]) -> str:
+    health = t.get("health")
+    return f"{t['kind']} ({health})" if health else str(t["kind"])
 
 
 def _read_body(body: str | None, body_file: Path | None) -> str:

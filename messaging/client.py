@@ -3,11 +3,17 @@
     client = CourierClient("http://127.0.0.1:8787", token=agent_token)
     sent = client.send(to=["Bob"], subject="Handoff", body_md="# Next\n...")
     page = client.inbox(cursor=saved_cursor)
+    for event in client.events():          # live: message, idle_notice, delivery
+        ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import json
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,6 +21,46 @@ import httpx
 Json = dict[str, Any]
 
 DEFAULT_URL = "http://127.0.0.1:8787"
+# The server sends a heartbeat every 15 s; a stream silent this long is dead.
+EVENTS_READ_TIMEOUT_S = 60.0
+EVENTS_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One Server-Sent Event of ``GET /v1/agents/me/events``."""
+
+    id: str | None
+    event: str
+    data: Any  # the decoded JSON
+
+
+def parse_events(lines: Iterator[str]) -> Iterator[Event]:
+    """Server-Sent Events from a stream of lines (comments and retry fields skipped)."""
+    event_id: str | None = None
+    name = "message"
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                text = "\n".join(data)
+                try:
+                    value: Any = json.loads(text)
+                except ValueError:
+                    value = text
+                yield Event(event_id, name, value)
+            event_id, name, data = None, "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value_text = line.partition(":")
+        value_text = value_text.removeprefix(" ")
+        if field == "data":
+            data.append(value_text)
+        elif field == "event":
+            name = value_text
+        elif field == "id":
+            event_id = value_text
 
 
 class CourierAPIError(Exception):
@@ -95,6 +141,68 @@ class CourierClient:
     def set_presence(self, state: str) -> Json:
         """Report busy, idle, exited or source_lost (agent token)."""
         return self.request("PUT", "/v1/agents/me/presence", json={"state": state})
+
+    # idle notices and live events
+
+    def subscribe_idle(self, target: str, message: Json | None = None,
+                       ttl_s: int | None = None) -> Json:
+        """One notice when ``target`` next goes idle or exits (or when ``ttl_s`` runs out).
+
+        With ``message`` (send fields without ``to``), it is sent to the target
+        now and the notice waits for the target's next idle or exit.
+        """
+        body: Json = {"target": target, "kind": "idle"}
+        if message is not None:
+            body["message"] = message
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        return self.request("POST", "/v1/subscriptions", json=body)
+
+    def subscription(self, subscription_id: str) -> Json:
+        """One of this agent's subscriptions."""
+        return self.request("GET", f"/v1/subscriptions/{subscription_id}")
+
+    def events(self, last_event_id: str | None = None, reconnect: bool = False,
+               read_timeout_s: float = EVENTS_READ_TIMEOUT_S) -> Iterator[Event]:
+        """This agent's live events as they come, after ``last_event_id`` if given.
+
+        With ``reconnect``, a dropped connection is opened again after the last
+        event received, so nothing is lost or repeated. Close the iterator (or
+        leave the ``for`` loop) to disconnect.
+
+        Raises:
+            CourierAPIError: the server refused the stream.
+        """
+        while True:
+            try:
+                with contextlib.closing(self._events_once(last_event_id, read_timeout_s)) as once:
+                    for event in once:
+                        if event.id is not None:
+                            last_event_id = event.id
+                        yield event
+            except httpx.TransportError:
+                if not reconnect:
+                    raise
+            if not reconnect:
+                return
+            time.sleep(EVENTS_RETRY_S)
+
+    def _events_once(self, last_event_id: str | None, read_timeout_s: float
+                     ) -> Generator[Event, None, None]:
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        timeout = httpx.Timeout(self.http.timeout.connect, read=read_timeout_s)
+        with self.http.stream("GET", "/v1/agents/me/events", headers=headers,
+                              timeout=timeout) as response:
+            if not response.is_success:
+                response.read()
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = {"error": {"code": "UNKNOWN", "message": response.text[:200]}}
+                raise CourierAPIError(response.status_code, body)
+            yield from parse_events(response.iter_lines())
 
     # messages
 

@@ -23,6 +23,8 @@ SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
 INBOX_LIMIT_MAX = 500
+SUBSCRIPTION_TTL_S = 3600
+SUBSCRIPTION_TTL_MAX_S = 7 * 24 * 3600
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 THREAD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -252,6 +254,31 @@ class ReplyIn(SendFields):
     body_md: str
 
 
+class SubscriptionMessageIn(SendFields):
+    """The message a subscription sends its target now: send fields without ``to``."""
+
+    cc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = []
+    bcc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = []
+    thread_id: Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)] | None = None
+    resource_notice: ResourceNoticeIn | None = None
+
+    @field_validator("bcc")
+    @classmethod
+    def _recipient_total(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if 1 + len(info.data.get("cc", [])) + len(value) > RECIPIENTS_MAX:
+            raise ValueError(f"the target, cc and bcc hold at most {RECIPIENTS_MAX} in all")
+        return value
+
+
+class SubscriptionIn(Model):
+    """``POST /v1/subscriptions``: one notice when the target next goes idle or exits."""
+
+    target: Recipient
+    kind: Literal["idle"] = "idle"
+    message: SubscriptionMessageIn | None = None
+    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S)] = SUBSCRIPTION_TTL_S
+
+
 class InboxQuery(BaseModel):
     """Query of ``GET /v1/agents/me/inbox``."""
 
@@ -269,3 +296,13 @@ def field_path(loc: tuple[Any, ...]) -> str:
         return "body"  # a JSON syntax error: loc holds its position, not a field
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
     return ".".join(parts) or "body"
+
+
+def invalid_argument_details(errors: list[Any], prefix: str = "") -> tuple[str, dict[str, Any]]:
+    """Pydantic errors as INVALID_ARGUMENT's message and details (first field named)."""
+    rows = [
+        {"field": prefix + field_path(tuple(e["loc"])), "message": e["msg"], "type": e["type"]}
+        for e in errors
+    ]
+    first = rows[0] if rows else {"field": prefix.rstrip(".") or "body", "message": "invalid"}
+    return f"{first['field']}: {first['message']}", {"field": first["field"], "errors": rows}

@@ -10,7 +10,8 @@ from celery.utils.log import get_task_logger
 from messaging.celeryconf import DELIVER_TASK, SWEEP_TASK
 from messaging.config import get_settings
 from messaging.dispatch import Publisher
-from messaging.store.deliveries import DeliveryStore
+from messaging.store.deliveries import DeliveryStore, now_ms
+from messaging.subscriptions import expire_due_sync
 from workers import transports
 from workers.app import app
 
@@ -76,6 +77,9 @@ def sweep() -> int:
     idempotent = [kind for kind, t in transports.registry().items() if t.idempotent]
     published = 0
     for project_id in store().project_ids():
+        # Expired subscriptions first: their notices are due at once, so this
+        # round publishes them.
+        expire_due_sync(store().client, project_id, now_ms())
         actions = store().sweep(project_id, grace_ms, idempotent)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
         for a in actions:

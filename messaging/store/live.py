@@ -22,6 +22,10 @@ Json = dict[str, Any]
 # between reading the waiting list and running the script.
 PRESENCE_ATTEMPTS = 50
 EXPIRE_BATCH = 200
+# The share of the connection's socket timeout a blocking stream read may wait.
+SOCKET_SHARE = 0.5
+# redis-py's socket timeout when the URL sets none.
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
 NOTICE_LIB = "notice_lib"
 
 
@@ -135,19 +139,32 @@ class Live:
     ) -> list[tuple[str, Json]]:
         """Up to ``count`` events past ``after``, waiting up to ``block_ms`` for one."""
         stream = keys.events(project_id, agent_id)
+        # A block as long as the socket timeout would fail as a timeout.
+        timeout_s = self.client.connection_pool.connection_kwargs.get(
+            "socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        if timeout_s:
+            block_ms = max(1, min(block_ms, int(timeout_s * 1000 * SOCKET_SHARE)))
         found: Any = await self.client.xread({stream: after}, count=count, block=block_ms)
         if not found:
             return []
         return [(str(eid), dict(fields)) for eid, fields in found[0][1]]
 
     async def trimmed_past(self, project_id: str, agent_id: str, after: str) -> bool:
-        """True when events past ``after`` were trimmed away (a resume would miss some)."""
+        """True when events past ``after`` may have been trimmed away (a resume would miss some).
+
+        Trimming removes the oldest entries: past ``after`` something is gone
+        when entries were removed and ``after`` is older than the oldest kept.
+        """
         try:
             info = await self.client.xinfo_stream(keys.events(project_id, agent_id))
         except redis.exceptions.ResponseError:  # no such stream: nothing was ever trimmed
             return False
-        deleted = str(info.get("max-deleted-entry-id") or "0-0")
-        return _stream_id(deleted) > _stream_id(after)
+        if int(info.get("entries-added", 0)) <= int(info.get("length", 0)):
+            return False
+        first = info.get("first-entry")
+        if not first:  # all removed
+            return _stream_id(after) < _stream_id(str(info["last-generated-id"]))
+        return _stream_id(after) < _stream_id(str(first[0]))
 
 
 def _stream_id(value: str) -> tuple[int, int]:
