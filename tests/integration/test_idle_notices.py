@@ -163,6 +163,16 @@ def test_a_subscription_whose_time_runs_out_gets_one_expired_notice(project: Pro
     assert [e["state"] for e in stream_events(project, alice, "idle_notice")] == ["expired"]
 
 
+def test_beat_sends_the_expired_notice_when_the_time_runs_out(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    bob.api.set_presence("busy")
+    sub = subscribe(alice, "Bob", ttl_s=1)
+    # nothing here calls the expiry: the stack's beat runs the sweeper every 0.5 s
+    (notice,) = notices_in_inbox(alice, 1)
+    assert notice["idle_notice"]["state"] == "expired"
+    assert alice.api.subscription(sub["subscription_id"])["outcome"] == "expired"
+
+
 @pytest.mark.parametrize(("setup", "target", "code"), [
     (None, "Nobody", "RECIPIENT_NOT_FOUND"),
     ("retire", "Bob", "RECIPIENT_RETIRED"),
