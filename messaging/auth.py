@@ -89,7 +89,7 @@ async def authenticate(store: Store, operator_token: str, header: str | None) ->
     if kind == CallerKind.PROJECT:
         return Caller(CallerKind.PROJECT, project_id=scope["project_id"])
     if kind == CallerKind.AGENT:
-        agent = await store.get_agent(scope["project_id"], scope["agent_id"])
+        agent = await store.identity(scope["project_id"], scope["agent_id"])
         if agent is not None:
             return Caller(CallerKind.AGENT, scope["project_id"], scope["agent_id"])
     raise CourierError("UNAUTHENTICATED", "unknown token")

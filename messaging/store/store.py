@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 
 from messaging import ids
 from messaging.store import keys
+from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.scripts import Scripts
 
@@ -24,6 +25,8 @@ class Store:
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self.scripts = Scripts(client)
+        self.scopes: Lru[str, Json] = Lru()
+        self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
 
     @classmethod
@@ -42,8 +45,27 @@ class Store:
     # tokens
 
     async def token_scope(self, token_hash: str) -> Json:
-        """The scope of a token ({} when unknown)."""
-        return dict(await self.client.hgetall(keys.token(token_hash)))
+        """The scope of a token ({} when unknown); a known one is cached."""
+        scope = self.scopes.get(token_hash)
+        if scope is None:
+            scope = dict(await self.client.hgetall(keys.token(token_hash)))
+            if scope:
+                self.scopes.put(token_hash, scope)
+        return scope
+
+    async def identity(self, project_id: str, agent_id: str) -> Json | None:
+        """An agent's id, name, ref, bound source and project key (cached), or None."""
+        found = self.identities.get((project_id, agent_id))
+        if found is None:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.agents(project_id), agent_id)
+            pipe.hget(keys.project(project_id), "project_key")
+            raw, project_key = await pipe.execute()
+            if not raw or not project_key:
+                return None
+            found = identity(json.loads(raw), project_key)
+            self.identities.put((project_id, agent_id), found)
+        return found
 
     # projects
 
