@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import orjson
 import redis.exceptions
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,15 +41,15 @@ class Services:
     limiter: RateLimiter
 
 
-def services(request: Request) -> Services:
-    """The process's services."""
+async def services(request: Request) -> Services:
+    """The process's services (async: a plain def would run in a thread per request)."""
     found: Services = request.app.state.services
     return found
 
 
 async def caller(request: Request) -> Caller:
     """The caller of this request, from its bearer token."""
-    svc = services(request)
+    svc = await services(request)
     header = request.headers.get("authorization")
     token = bearer(header)
     if token is not None:
@@ -60,9 +61,16 @@ Svc = Annotated[Services, Depends(services)]
 Who = Annotated[Caller, Depends(caller)]
 
 
+class FastJSONResponse(JSONResponse):
+    """JSON rendered by orjson: the same UTF-8 text, several times faster."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
 def ok(body: dict[str, Any], status: int = 200) -> JSONResponse:
     """A JSON answer."""
-    return JSONResponse(body, status_code=status)
+    return FastJSONResponse(body, status_code=status)
 
 
 @asynccontextmanager
