@@ -1,0 +1,142 @@
+"""Many stored messages, fast: the product's own admission and delivery code, in bulk.
+
+Each message is admitted by the admission script with the keys and arguments
+``Store.admit`` builds (its call is captured and sent down a pipeline instead
+of one round trip per message), and delivered by ``DeliveryStore.lease`` and
+the inbox transport, as a worker does. The key layout is therefore the
+product's by construction; only HTTP, validation and Celery are skipped.
+Messages are copies of one message sent through the API, each with its own id
+and thread.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from bench.population import Agent
+from bench.procs import BenchError
+from messaging import ids
+from messaging.config import get_settings
+from messaging.store.deliveries import DeliveryStore
+from messaging.store.scripts import Scripts
+from messaging.store.store import Store
+from messaging.timefmt import now_us
+from workers.transports.inbox import InboxTransport
+
+CHUNK = 1_000  # messages admitted down one pipeline, then delivered
+DELIVER_BATCH = 100  # deliveries per lease and inbox script (as one task carries)
+LEASE_MS = 60_000
+# Processes side by side, so the store works while a client builds its next chunk.
+PROCESSES = 2
+# A message admitted without an explicit policy: the script decides (as a send does).
+AUTO_POLICY = "auto"
+OK = '{"status": "ok"}'
+
+
+def preload(url: str, project_id: str, sender: Agent, recipient: Agent, template: str,
+            count: int) -> None:
+    """Admit and deliver ``count`` copies of the message JSON ``template``, ``sender`` to
+    ``recipient``.
+
+    Raises:
+        BenchError: the store refused an admission or a delivery.
+    """
+    parts = [count // PROCESSES + (1 if i < count % PROCESSES else 0) for i in range(PROCESSES)]
+    with ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = [pool.submit(_preload, url, project_id, sender, recipient, template, n)
+                for n in parts if n]
+        for run in runs:
+            run.result()
+
+
+class _Capture:
+    """Stands in for the admission script: keeps each call's keys and arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], list[str]]] = []
+
+    async def __call__(self, keys: list[str], args: list[str]) -> str:
+        self.calls.append((keys, args))
+        return OK
+
+
+def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict[str, Any],
+                    message_json: str) -> tuple[list[str], list[str]]:
+    """The keys and arguments ``Store.admit`` passes the script for one send."""
+    coro = store.admit(project_id, args, message_json, None, "send")
+    try:
+        coro.send(None)
+    except StopIteration:
+        return capture.calls.pop()
+    raise BenchError("Store.admit awaited something besides its script")
+
+
+def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
+             count: int) -> None:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    admit_script = Scripts(client).admit_message
+    capture = _Capture()
+    store = Store(aioredis.Redis())  # never connects: its script call is captured
+    store.scripts.admit_message = capture
+    workers = DeliveryStore(client)
+    inbox = InboxTransport()
+    template = json.loads(template_json)
+    grace_ms = int(get_settings().outbox_grace_s * 1000)
+    try:
+        for start in range(0, count, CHUNK):
+            dids = [ids.new_delivery_id(project_id) for _ in range(min(CHUNK, count - start))]
+            pipe = client.pipeline(transaction=False)
+            for did in dids:
+                keys, args = _admission_call(store, capture, project_id,
+                                             *_send(project_id, sender, recipient, template,
+                                                    did, grace_ms))
+                admit_script(keys=keys, args=args, client=pipe)
+            refused = [a for a in pipe.execute() if json.loads(a).get("status") != "ok"]
+            if refused:
+                raise BenchError(f"preload: {len(refused)} admissions refused: {refused[0]}")
+            for b in range(0, len(dids), DELIVER_BATCH):
+                batch = dids[b:b + DELIVER_BATCH]
+                leased = workers.lease(project_id, batch, LEASE_MS, True)
+                if len(leased) != len(batch):
+                    raise BenchError(f"preload: leased {len(leased)} of {len(batch)}")
+                inbox.deliver(workers, project_id, leased)
+    finally:
+        client.close()
+
+
+def _send(project_id: str, sender: Agent, recipient: Agent, template: dict[str, Any],
+          delivery_id: str, grace_ms: int) -> tuple[dict[str, Any], str]:
+    """The admission arguments and message JSON of one send, as ``sending.send`` builds them."""
+    mid = ids.new_message_id(project_id)
+    now = now_us()
+    args = {
+        "sender_id": sender.id, "now_us": str(now), "due_ms": str(now // 1000 + grace_ms),
+        "idem_fp": "", "thread_id": mid, "message_id": mid, "policy": AUTO_POLICY,
+        "quiet_invalid": False, "recipients": [{"s": recipient.name}],
+        "delivery_ids": [delivery_id],
+    }
+    message = {**template, "id": mid, "thread_id": mid}
+    return args, json.dumps(message, ensure_ascii=False)
+
+
+def wait_persisted(r: redis.Redis, timeout_s: float = 600.0) -> float:
+    """Wait until no AOF rewrite runs or is scheduled (it would steal a core); seconds waited.
+
+    Raises:
+        BenchError: still rewriting after ``timeout_s``.
+    """
+    start = time.monotonic()
+    while True:
+        info = r.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise BenchError("the store's AOF rewrite did not finish")
+        time.sleep(0.2)

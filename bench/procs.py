@@ -1,0 +1,248 @@
+"""The processes a benchmark runs: the embedded store, HTTP servers and Celery workers.
+
+Commands come from ``messaging.supervisor.process_table`` (the Procfile's), so
+the API serves and the worker works as under ``courier up``; the baselines
+change only the app they load. Each cluster has its own ports and temp dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import redis
+
+from messaging.config import Settings
+from messaging.embedded import EmbeddedStore
+from messaging.supervisor import API_APP, CELERY_APP, process_table
+
+ROOT = Path(os.path.abspath(__file__)).parent.parent
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+POLL_S = 0.05
+WORKER_PROCESS = "worker-inbox"
+DEATHSIG = Path(os.path.abspath(__file__)).parent / "deathsig.py"
+# The baselines, served and worked exactly as Courier's API and worker are.
+TRIVIAL_APP = "bench.trivial_app:app"
+NOOP_APP = "bench.noop_app"
+
+
+class BenchError(RuntimeError):
+    """The harness itself could not run (a process died, a timeout)."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it is truthy.
+
+    Raises:
+        BenchError: not within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def dies_with_us(command: list[str]) -> list[str]:
+    """``command``, wrapped so that it gets SIGTERM if the harness dies (``bench.deathsig``)."""
+    return [sys.executable, str(DEATHSIG), *command]
+
+
+class Store(EmbeddedStore):
+    """The embedded store, dying with the harness like every other process of a run."""
+
+    def command(self) -> list[str]:
+        """The server's command line, wrapped."""
+        return dies_with_us(super().command())
+
+
+@dataclass
+class Proc:
+    """A child process in a session of its own, its output in a log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        """True while it runs."""
+        return self.popen.poll() is None
+
+    def check(self) -> None:
+        """Raise if it died."""
+        if not self.alive():
+            raise BenchError(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Signal its whole session, then SIGKILL it if it lingers."""
+        self.signal(sig)
+        self.wait_stopped()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to its whole session, if it still runs."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):  # it just exited
+                os.killpg(self.popen.pid, sig)
+
+    def wait_stopped(self) -> None:
+        """Wait for it to exit; SIGKILL its session after STOP_TIMEOUT_S."""
+        try:
+            self.popen.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(STOP_TIMEOUT_S)
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of its log."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Cluster:
+    """A store of its own and the processes started on it; stops them all on exit."""
+
+    root: Path
+    keep: bool = False
+    store: Store = field(init=False)
+    operator_token: str = field(init=False)
+    procs: list[Proc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.store = Store(self.root / "data", port=free_port())
+        self.operator_token = "cop_" + secrets.token_urlsafe(16)
+
+    def __enter__(self) -> Cluster:
+        self.store.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for proc in self.procs:  # all at once: warm shutdowns overlap
+            proc.signal(signal.SIGTERM)
+        for proc in self.procs:
+            proc.wait_stopped()
+        self.store.stop()
+        if not self.keep and exc is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def settings(self, **overrides: object) -> Settings:
+        """The settings every process of this cluster runs with."""
+        values: dict[str, object] = {
+            "redis_url": self.store.url,
+            "data_dir": self.root / "data",
+            "operator_token": self.operator_token,
+            # The benchmark measures the engine, not the per-agent limiter.
+            "rate_limit_per_s": 0.0,
+        }
+        return Settings(**{**values, **overrides})  # type: ignore[arg-type]
+
+    def env(self, settings: Settings) -> dict[str, str]:
+        """Our environment without COURIER_*, then every set setting (as ``courier up``)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+        for name, value in settings.model_dump().items():
+            if value is not None:
+                env[f"COURIER_{name.upper()}"] = str(value)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def redis(self) -> redis.Redis:
+        """A client of the store (decoded answers)."""
+        return redis.Redis.from_url(self.store.url, decode_responses=True)
+
+    def spawn(self, name: str, command: list[str], settings: Settings) -> Proc:
+        """Start ``command`` in the repository root with the cluster's environment."""
+        log = self.root / f"{name}-{len(self.procs)}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(dies_with_us(command), cwd=ROOT, env=self.env(settings),
+                                     stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def start_http(self, app: str = API_APP, wait: bool = True,
+                   **overrides: object) -> tuple[Proc, str]:
+        """An API server (the Procfile's command) serving ``app``; it and its URL."""
+        port = free_port()
+        settings = self.settings(host="127.0.0.1", port=port, **overrides)
+        command = [app if part == API_APP else part for part in process_table(settings)["api"]]
+        proc = self.spawn(app.split(":")[0].rsplit(".", 1)[-1], command, settings)
+        url = f"http://127.0.0.1:{port}"
+        if wait:
+            wait_http(proc, url)
+        return proc, url
+
+    def start_worker(self, app: str = CELERY_APP, queues: str | None = None,
+                     wait: bool = True) -> Proc:
+        """A Celery worker of ``app``: the Procfile's inbox worker, or with other queues."""
+        settings = self.settings()
+        command = process_table(settings)[WORKER_PROCESS]
+        replace = {
+            command[command.index("-A") + 1]: app,
+            command[command.index("-Q") + 1]: queues or command[command.index("-Q") + 1],
+            # A name of its own: no two workers of a run (or of two runs) share one.
+            command[command.index("-n") + 1]: f"bench{uuid.uuid4().hex[:6]}@%h",
+        }
+        # Mingle only syncs with other workers at start-up (a second each time); nothing else
+        # differs from the Procfile's worker.
+        command = [replace.get(part, part) for part in command] + ["--without-mingle"]
+        proc = self.spawn("worker-" + app.rsplit(".", 1)[-1], command, settings)
+        if wait:
+            wait_worker(proc)
+        return proc
+
+    def stop(self, proc: Proc, sig: int = signal.SIGTERM) -> None:
+        """Stop one process of the cluster."""
+        proc.stop(sig)
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+
+def wait_http(proc: Proc, url: str) -> None:
+    """Wait until ``url``/healthz answers 200."""
+
+    def up() -> bool:
+        proc.check()
+        try:
+            return httpx.get(url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, START_TIMEOUT_S, f"{proc.name} at {url}")
+
+
+def wait_worker(proc: Proc) -> None:
+    """Wait until the worker says it is ready."""
+
+    def ready() -> bool:
+        proc.check()
+        return "ready." in proc.log.read_text(errors="replace")
+
+    wait_for(ready, START_TIMEOUT_S, proc.name)

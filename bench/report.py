@@ -1,0 +1,138 @@
+"""The table: each figure beside its baseline, the ratio, the issue's target and its verdict."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    scenario: str
+    figure: str
+    value: float
+    baseline: float | None = None
+    baseline_is: str = ""
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+
+
+def _at_least(limit: float) -> Callable[[float], bool]:
+    return lambda v: v >= limit
+
+
+def _at_most(limit: float) -> Callable[[float], bool]:
+    return lambda v: v <= limit
+
+
+def _row(scenario: str, figure: str, value: float, baseline: float | None = None,
+         baseline_is: str = "", target: str = "",
+         check: Callable[[float], bool] | None = None, on_ratio: bool = False) -> Row:
+    ratio = value / baseline if baseline else None
+    judged = ratio if on_ratio else value
+    met = None if check is None or judged is None or math.isnan(judged) else check(judged)
+    return Row(scenario, figure, value, baseline, baseline_is, ratio, target, met)
+
+
+def admission_rows(r: Json) -> list[Row]:
+    """Sends/s and latency against the trivial endpoint."""
+    c, t = r["courier"], r["trivial"]
+    base = f"trivial endpoint, c={r['concurrency']}"
+    return [
+        _row("admission", "sends/s", c["per_s"], t["per_s"], base, ">= 0.6x",
+             _at_least(0.6), on_ratio=True),
+        _row("admission", "p50 ms", c["p50_ms"], t["p50_ms"], base),
+        _row("admission", "p99 ms", c["p99_ms"], t["p99_ms"], base, "<= 20 ms", _at_most(20)),
+    ]
+
+
+def delivery_rows(r: Json) -> list[Row]:
+    """Deliveries/s against no-op tasks/s."""
+    return [_row("delivery", f"deliveries/s ({r['backlog']} backlog)", r["courier"]["per_s"],
+                 r["noop"]["per_s"], "no-op tasks/s", ">= 1.0x", _at_least(1.0), on_ratio=True)]
+
+
+def end_to_end_rows(r: Json) -> list[Row]:
+    """Send to inbox-visible latency against the no-op round trip."""
+    c, b = r["courier"], r["baseline"]
+    base = "trivial endpoint + no-op task"
+    rate = f"{r['rate_per_s']:g}/s"
+    return [
+        _row("end to end", f"send->inbox p50 ms @{rate}", c["p50_ms"], b["p50_ms"], base,
+             "<= 5 ms", _at_most(5)),
+        _row("end to end", f"send->inbox p99 ms @{rate}", c["p99_ms"], b["p99_ms"], base,
+             "<= 25 ms", _at_most(25)),
+        _row("end to end", "admitted->inbox p50 ms", c["admitted_to_inbox"]["p50_ms"]),
+        _row("end to end", "admitted->inbox p99 ms", c["admitted_to_inbox"]["p99_ms"]),
+        _row("end to end", f"HTTP answer p99 ms @{rate}", c["http"]["p99_ms"],
+             b["http"]["p99_ms"], base),
+    ]
+
+
+def scale_rows(r: Json) -> list[Row]:
+    """Large against small stored counts; memory per message against the body's size."""
+    small, large = r["small"], r["large"]
+    base = f"{small['stored']:,} stored, c={r['concurrency']}"
+    rows = []
+    for what, label in (("admission", "admission"), ("inbox_page", "inbox page")):
+        for p in ("p50_ms", "p99_ms"):
+            rows.append(_row("scale", f"{label} {p.replace('_ms', '')} ms @{large['stored']:,}",
+                             large[what][p], small[what][p], base, "<= 1.3x", _at_most(1.3),
+                             on_ratio=True))
+        rows.append(_row("scale", f"{label} req/s @{large['stored']:,}", large[what]["per_s"],
+                         small[what]["per_s"], base))
+    mem = r["memory"]
+    for key, label in (("real_path_bytes_per_message", "bytes/message (API + worker)"),
+                       ("preload_bytes_per_message", f"bytes/message (@{large['stored']:,})")):
+        if mem[key] is not None:  # no preload when the large point is the small one
+            rows.append(_row("scale", label, mem[key], mem["body_bytes"], "1 KiB body",
+                             "<= 2.5 KiB/KiB", _at_most(2.5), on_ratio=True))
+    return rows
+
+
+ROWS = {"admission": admission_rows, "delivery": delivery_rows,
+        "end_to_end": end_to_end_rows, "scale": scale_rows}
+
+
+def rows(results: Json) -> list[Row]:
+    """Every row of the scenarios that ran."""
+    return [row for name, fn in ROWS.items() if name in results for row in fn(results[name])]
+
+
+def _num(v: float | None, suffix: str = "") -> str:
+    if v is None or math.isnan(v):
+        return ""
+    text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+    return text + suffix
+
+
+def render(table: list[Row]) -> str:
+    """The table as fixed-width text."""
+    head = ("scenario", "figure", "value", "baseline", "baseline is", "ratio", "target", "")
+    lines = [head]
+    for r in table:
+        verdict = "" if r.met is None else ("met" if r.met else "MISSED")
+        lines.append((r.scenario, r.figure, _num(r.value), _num(r.baseline), r.baseline_is,
+                      _num(r.ratio, "x"), r.target, verdict))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    right = {2, 3, 5}
+    out = []
+    for n, line in enumerate(lines):
+        cells = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(line, widths, strict=True))]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def as_json(table: list[Row]) -> list[Json]:
+    """The rows as plain dicts."""
+    return [asdict(r) for r in table]

@@ -1,0 +1,18 @@
+"""The scenarios, in the order they run; each returns a JSON-able dict of its figures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.context import Context
+from bench.scenarios import admission, delivery, end_to_end, scale
+
+Scenario = Callable[[Context], dict[str, Any]]
+
+SCENARIOS: dict[str, Scenario] = {
+    "admission": admission.run,
+    "delivery": delivery.run,
+    "end_to_end": end_to_end.run,
+    "scale": scale.run,
+}

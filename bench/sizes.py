@@ -1,0 +1,33 @@
+"""How big and how long each scenario runs: the issue's sizes, and a quick smoke set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every size and duration of a run."""
+
+    concurrency: int = 32
+    admission_s: float = 10.0
+    warmup_s: float = 1.0
+    backlog: int = 20_000
+    e2e_rate_per_s: float = 200.0
+    e2e_s: float = 30.0
+    scale_small: int = 1_000
+    # Of the small scale point, how many go through API and worker (the memory sample).
+    memory_sample: int = 1_000
+    scale_large: int = 1_000_000
+    scale_load_s: float = 10.0
+    # One connection: each figure is one operation's own cost, with no queueing in it.
+    scale_concurrency: int = 1
+    inbox_limit: int = 50
+    inbox_cursors: int = 200
+    # How long delivery of what a scenario sent may take before the run is void.
+    drain_timeout_s: float = 600.0
+
+
+FULL = Sizes()
+QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
+              memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0)
