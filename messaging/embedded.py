@@ -40,6 +40,9 @@ PROBE_TIMEOUT_S = 1.0
 LOG_TAIL_LINES = 5
 
 
+HASH_LISTPACK_VALUE_BYTES = 2048
+
+
 class EmbeddedStoreError(RuntimeError):
     """The embedded store could not start (port taken, data dir in use, bad config)."""
 
@@ -103,6 +106,9 @@ class EmbeddedStore:
             "--appendfsync", self.appendfsync,
             "--save", "",
             "--maxmemory-policy", "noeviction",
+            # Messages and deliveries are small hashes with a few values of a
+            # kilobyte or so: listpack keeps them at about half the memory.
+            "--hash-max-listpack-value", str(HASH_LISTPACK_VALUE_BYTES),
         ]  # fmt: skip
         if _is_loopback(self.host):
             # Loopback only: no one else can connect, so no password is needed.

@@ -58,8 +58,13 @@ async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
     if caller.project_id is None:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
     mids = await store.thread_message_ids(caller.project_id, thread_id)
+    if thread_id.startswith("msg_") and thread_id not in mids:
+        # A message that starts a thread is its first entry, kept only in itself.
+        mids.insert(0, thread_id)
     records = await store.get_messages(caller.project_id, mids)
-    views = [v for r in records if r and (v := _visible(caller, r)) is not None]
+    views = [v for r in records
+             if r and json.loads(r["json"])["thread_id"] == thread_id
+             and (v := _visible(caller, r)) is not None]
     if not views:
         raise not_found("thread")
     return {"thread_id": thread_id, "messages": views}
@@ -91,7 +96,9 @@ async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
     after = _parse_cursor(q.cursor)
     items: list[Json] = []
     while len(items) < q.limit:
-        rows = await store.inbox_after(project_id, agent_id, after, max(q.limit, SCAN_BATCH))
+        filtered = q.topic is not None or q.unread_only or q.urgent_only
+        batch = max(q.limit, SCAN_BATCH) if filtered else q.limit - len(items)
+        rows = await store.inbox_after(project_id, agent_id, after, batch)
         if not rows:
             break
         dids = [d for d, _ in rows]

@@ -206,6 +206,7 @@ async def send(
         "policy": policy, "quiet_invalid": quiet_invalid,
         "recipients": [{"s": r} for r in recipients],
         "delivery_ids": [ids.new_delivery_id(project_id) for _ in recipients],
+        "has_bcc": bool(body.bcc),
     }
     message_json = json.dumps(message, ensure_ascii=False)
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
@@ -221,6 +222,7 @@ async def send(
         record = await store.get_message(project_id, answer["message_id"])
         if record is None:
             raise not_found("message")
+        record["observations"] = answer["observations"]
         return Sent(200, _answer(record, replay=True, broker_ok=True))
     raise await _rejection(store, project_id, answer)
 

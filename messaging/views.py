@@ -64,7 +64,7 @@ def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> J
     """
     msg: Json = json.loads(record["json"])
     if not full:
-        resolved: dict[str, str] = json.loads(record["resolved"])
+        resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
         msg["bcc"] = [b for b in msg["bcc"] if viewer_id and resolved.get(b) == viewer_id]
         msg.pop("summary", None)
     msg["created_ts"] = rfc3339(record["created_us"])

@@ -15,12 +15,12 @@
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
 --          message_id, policy ("wake"|"quiet"|"auto"), quiet_invalid (bool),
---          recipients [{s}], delivery_ids [..]}
+--          recipients [{s}], delivery_ids [..], has_bcc (bool)}
 -- ARGV[2]  the message JSON, stored byte for byte
 --
 -- Returns a JSON string, one of:
 --   {"status":"ok","policy":p,"observations":[..],"created_us":n}
---   {"status":"replay","message_id":id}
+--   {"status":"replay","message_id":id,"observations":[..]}
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
 --   {"status":"recipients","failures":[{"to","reason"}]}
@@ -33,7 +33,8 @@ if a.idem_fp ~= "" then
   if rec then
     local r = cjson.decode(rec)
     if r.fp == a.idem_fp then
-      return cjson.encode({status = "replay", message_id = r.message_id})
+      return cjson.encode({status = "replay", message_id = r.message_id,
+        observations = r.observations})
     end
     return cjson.encode({status = "conflict"})
   end
@@ -148,9 +149,15 @@ for i, id in ipairs(order) do
 end
 
 redis.call("HSET", KEYS[5], "json", ARGV[2], "created_us", now, "seq", s,
-  "policy", policy, "deliveries", cjson.encode(deliveries),
-  "observations", cjson.encode(observations), "resolved", cjson.encode(resolved))
-redis.call("ZADD", KEYS[6], s, a.message_id)
+  "policy", policy, "deliveries", cjson.encode(deliveries))
+if a.has_bcc then
+  -- which recipient string is which agent: only bcc views need it
+  redis.call("HSET", KEYS[5], "resolved", cjson.encode(resolved))
+end
+if a.thread_id ~= a.message_id then
+  -- a thread that this message starts needs no set until a second one joins
+  redis.call("ZADD", KEYS[6], s, a.message_id)
+end
 
 local sender = cjson.decode(sender_raw)
 if tonumber(now) > tonumber(sender.last_active_us) then
@@ -159,8 +166,9 @@ if tonumber(now) > tonumber(sender.last_active_us) then
 end
 
 if a.idem_fp ~= "" then
-  redis.call("SET", KEYS[8], cjson.encode({fp = a.idem_fp, message_id = a.message_id}),
-    "EX", a.idem_ttl_s)
+  -- the observations as they were at admission: what a replay answers
+  redis.call("SET", KEYS[8], cjson.encode({fp = a.idem_fp, message_id = a.message_id,
+    observations = observations}), "EX", a.idem_ttl_s)
 end
 
 return cjson.encode({status = "ok", policy = policy, observations = observations,
