@@ -1,4 +1,4 @@
-"""The table: each figure beside its baseline, the ratio, the issue's target and its verdict."""
+"""The table: each figure beside its baseline, the ratio, Courier's target and its verdict."""
 
 from __future__ import annotations
 

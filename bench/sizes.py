@@ -1,4 +1,4 @@
-"""How big and how long each scenario runs: the issue's sizes, and a quick smoke set."""
+"""How big and how long each scenario runs: the full sizes, and a quick smoke set."""
 
 from __future__ import annotations
 
