@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from messaging.config import Settings
 

@@ -29,7 +29,7 @@ OUTCOMES = ("accepted", "rejected", "failed", "unknown")
 
 async def store_counters(store: Store) -> tuple[dict[str, int], int]:
     """Every project's delivery counters added up, and the deliveries still due."""
-    project_ids = list(await store.client.smembers(keys.PROJECTS))
+    project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
     pipe = store.client.pipeline(transaction=False)
     for pid in project_ids:
         pipe.hgetall(keys.stats(pid))
@@ -86,7 +86,7 @@ class Snapshot:
 def render(totals: dict[str, int], due: int, depths: dict[str, int]) -> bytes:
     """The exposition text: this process's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(totals, due, depths))  # type: ignore[arg-type]
+    registry.register(Snapshot(totals, due, depths))
     return generate_latest(REGISTRY) + generate_latest(registry)
 
 

@@ -215,15 +215,15 @@ async def send(
         for obs in answer["observations"]:
             dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
         # What the script stored, without reading it back.
-        record = {"json": message_json, "created_us": answer["created_us"],
-                  "policy": answer["policy"], "observations": answer["observations"]}
-        return Sent(201, _answer(record, replay=False, broker_ok=dispatcher.broker_ok))
+        written = {"json": message_json, "created_us": answer["created_us"],
+                   "policy": answer["policy"], "observations": answer["observations"]}
+        return Sent(201, _answer(written, replay=False, broker_ok=dispatcher.broker_ok))
     if status == "replay":
-        record = await store.get_message(project_id, answer["message_id"])
-        if record is None:
+        stored = await store.get_message(project_id, answer["message_id"])
+        if stored is None:
             raise not_found("message")
-        record["observations"] = answer["observations"]
-        return Sent(200, _answer(record, replay=True, broker_ok=True))
+        stored["observations"] = answer["observations"]
+        return Sent(200, _answer(stored, replay=True, broker_ok=True))
     raise await _rejection(store, project_id, answer)
 
 

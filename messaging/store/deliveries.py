@@ -166,8 +166,8 @@ class DeliveryStore:
     def sweep(self, project_id: str, grace_ms: int, idempotent: list[str]) -> list[SweepAction]:
         """Overdue deliveries of one project and what to do with each."""
         now = now_ms()
-        dids = self.client.zrangebyscore(keys.due(project_id), "-inf", now, start=0,
-                                         num=SWEEP_BATCH)
+        dids = [str(d) for d in self.client.zrangebyscore(
+            keys.due(project_id), "-inf", now, start=0, num=SWEEP_BATCH)]
         if not dids:
             return []
         raw = self.scripts.sweep_due(

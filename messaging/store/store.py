@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -17,6 +18,11 @@ IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 REF_ATTEMPTS = 20
 
 Json = dict[str, Any]
+
+
+def _hash(found: Mapping[Any, Any]) -> Json:
+    """A hash reply as a dict of str (the client decodes replies)."""
+    return {str(k): v for k, v in found.items()}
 
 
 class Store:
@@ -48,7 +54,7 @@ class Store:
         """The scope of a token ({} when unknown); a known one is cached."""
         scope = self.scopes.get(token_hash)
         if scope is None:
-            scope = dict(await self.client.hgetall(keys.token(token_hash)))
+            scope = _hash(await self.client.hgetall(keys.token(token_hash)))
             if scope:
                 self.scopes.put(token_hash, scope)
         return scope
@@ -73,7 +79,7 @@ class Store:
         """Store a project and its token; False when its key is taken (nothing kept)."""
         pid = project["id"]
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(keys.project(pid), mapping=project)
+        pipe.hset(keys.project(pid), mapping={k: str(v) for k, v in project.items()})
         pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
         await pipe.execute()
         claimed = await self.client.set(keys.project_by_key(project["project_key"]), pid, nx=True)
@@ -86,7 +92,7 @@ class Store:
     async def get_project(self, project_id: str) -> Json | None:
         """A project's hash, or None."""
         found = await self.client.hgetall(keys.project(project_id))
-        return dict(found) if found else None
+        return _hash(found) if found else None
 
     # agents
 
@@ -120,7 +126,7 @@ class Store:
 
     async def agent_names(self, project_id: str) -> list[str]:
         """Every registered name of the project."""
-        return list(await self.client.hkeys(keys.names(project_id)))
+        return [str(n) for n in await self.client.hkeys(keys.names(project_id))]
 
     async def update_agent(
         self, project_id: str, agent_id: str, fields: Json, touch_us: int | None
@@ -167,18 +173,18 @@ class Store:
     async def get_message(self, project_id: str, message_id: str) -> Json | None:
         """A message's hash (``json``, ``created_us``, ``policy``, ...), or None."""
         found = await self.client.hgetall(keys.message(project_id, message_id))
-        return dict(found) if found else None
+        return _hash(found) if found else None
 
     async def get_messages(self, project_id: str, message_ids: list[str]) -> list[Json | None]:
         """Several messages in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for mid in message_ids:
             pipe.hgetall(keys.message(project_id, mid))
-        return [dict(m) if m else None for m in await pipe.execute()]
+        return [_hash(m) if m else None for m in await pipe.execute()]
 
     async def thread_message_ids(self, project_id: str, thread_id: str) -> list[str]:
         """The ids of a thread's messages, oldest first."""
-        return list(await self.client.zrange(keys.thread(project_id, thread_id), 0, -1))
+        return [str(m) for m in await self.client.zrange(keys.thread(project_id, thread_id), 0, -1)]
 
     # deliveries and the inbox
 
@@ -187,7 +193,7 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         for did in delivery_ids:
             pipe.hgetall(keys.delivery(project_id, did))
-        return [dict(d) if d else None for d in await pipe.execute()]
+        return [_hash(d) if d else None for d in await pipe.execute()]
 
     async def inbox_after(
         self, project_id: str, agent_id: str, after: int, count: int
@@ -197,7 +203,7 @@ class Store:
             keys.inbox(project_id, agent_id), f"({after}", "+inf", start=0, num=count,
             withscores=True,
         )
-        return [(did, int(score)) for did, score in rows]
+        return [(str(row[0]), int(row[1])) for row in rows]
 
     async def observe(
         self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int
