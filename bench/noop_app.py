@@ -14,8 +14,8 @@ import time
 import redis
 from celery import Celery
 
-from messaging.celeryconf import celery_config
 from messaging.config import Settings, get_settings
+from messaging.runtime.celeryconf import celery_config
 
 NOOP_TASK = "bench.noop"
 STAMP_TASK = "bench.stamp"

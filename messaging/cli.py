@@ -65,7 +65,7 @@ def _print_json(data: Any) -> None:
 @app.command()
 def up() -> None:
     """Run store (embedded unless COURIER_REDIS_URL), API, workers, beat and Flower."""
-    from messaging.supervisor import run_up
+    from messaging.runtime.supervisor import run_up
 
     raise typer.Exit(run_up(get_settings()))
 

@@ -22,7 +22,7 @@ import httpx
 import redis
 
 from messaging.client import CourierClient
-from messaging.embedded import EmbeddedStore
+from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ class Stack:
     def start_api(self, env: dict[str, str] | None = None) -> tuple[Proc, str]:
         """An API process; returns it and its URL once it answers."""
         port = free_port()
-        proc = self.spawn("api", ["-m", "uvicorn", "messaging.api:app", "--host", "127.0.0.1",
+        proc = self.spawn("api", ["-m", "uvicorn", "messaging.web.app:app", "--host", "127.0.0.1",
                                   "--port", str(port), "--log-level", "warning"], env)
         url = f"http://127.0.0.1:{port}"
 

@@ -7,11 +7,11 @@ import os
 
 from celery.utils.log import get_task_logger
 
-from messaging.celeryconf import DELIVER_TASK, SWEEP_TASK
 from messaging.config import get_settings
-from messaging.dispatch import Publisher
+from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK
+from messaging.runtime.publish import Publisher
+from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, now_ms
-from messaging.subscriptions import expire_due_sync
 from workers import transports
 from workers.app import app
 

@@ -16,7 +16,7 @@ from bench.procs import NOOP_APP, BenchError, free_port
 from bench.profile import profiled
 from bench.stats import ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, inbox_total
-from messaging.dispatch import Publisher
+from messaging.runtime.publish import Publisher
 
 POLL_S = 0.01
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from messaging.celeryconf import DELIVER_TASK, celery_config, queue_for
 from messaging.client import CourierClient
 from messaging.config import Settings
-from messaging.sending import WARN_BROKER
+from messaging.runtime.celeryconf import DELIVER_TASK, celery_config, queue_for
+from messaging.service.sending import WARN_BROKER
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, Leased
 from tests.integration.conftest import Agent, Project

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from messaging.config import EMBEDDED_URL_FILE
-from messaging.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def test_module_runs_the_store_until_sigterm(tmp_path: Path) -> None:
     env.update(COURIER_DATA_DIR=str(tmp_path), COURIER_EMBEDDED_PORT=str(port))
     url = f"redis://127.0.0.1:{port}/0"
     with subprocess.Popen(
-        [sys.executable, "-m", "messaging.embedded"], cwd=ROOT, env=env,
+        [sys.executable, "-m", "messaging.runtime.embedded"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     ) as proc:  # fmt: skip
         try:

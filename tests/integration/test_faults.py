@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from messaging.client import CourierClient
-from messaging.embedded import EmbeddedStore
+from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import keys
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from messaging.client import CourierAPIError
+from messaging.service.subscriptions import expire_due_sync
 from messaging.store import keys
-from messaging.subscriptions import expire_due_sync
 from tests.integration.conftest import Agent, Project
 from tests.stack import ROOT, project_state, wait_until
 

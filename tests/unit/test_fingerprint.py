@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from messaging.models import SendIn
-from messaging.sending import NOT_FINGERPRINTED, _canonical, fingerprint
+from messaging.service.sending import NOT_FINGERPRINTED, _canonical, fingerprint
 
 # Explicit values equal to what an omitted field means.
 DEFAULTS: dict[str, Any] = {

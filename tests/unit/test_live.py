@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from messaging.client import Event, parse_events
-from messaging.mcp import short_subject
 from messaging.store.live import parse_stream_id
+from messaging.web.mcp import short_subject
 
 
 def test_events_are_parsed_with_their_id_name_and_json_data():

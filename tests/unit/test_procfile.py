@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from messaging.config import Settings
-from messaging.supervisor import child_env, process_table
+from messaging.runtime.supervisor import child_env, process_table
 
 ROOT = Path(__file__).resolve().parents[2]
 # The one form of shell expansion the Procfile uses: ${NAME:-default}.
@@ -56,7 +56,7 @@ def expand(command: str, env: dict[str, str]) -> list[str]:
 
 
 def test_procfile_store_runs_the_embedded_module() -> None:
-    assert read_procfile()["store"] == "python -m messaging.embedded"
+    assert read_procfile()["store"] == "python -m messaging.runtime.embedded"
 
 
 def test_compose_has_one_service_per_procfile_process_but_the_store() -> None:

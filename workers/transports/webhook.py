@@ -22,8 +22,8 @@ import httpx
 from standardwebhooks import Webhook
 
 from messaging.config import get_settings
+from messaging.service.views import message_view
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
-from messaging.views import message_view
 
 log = logging.getLogger(__name__)
 

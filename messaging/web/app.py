@@ -17,14 +17,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging import directory, metrics, reading, redrive, sending
-from messaging.auth import Caller, authenticate, bearer
 from messaging.config import Settings, get_settings
-from messaging.dispatch import BatchPublisher, Publisher
 from messaging.errors import CourierError, store_unavailable
 from messaging.models import AgentIn, InboxQuery, PresenceIn, ProjectIn, ReplyIn, SendIn, field_path
-from messaging.ratelimit import RateLimiter
+from messaging.runtime.publish import BatchPublisher, Publisher
+from messaging.service import directory, reading, redrive, sending
+from messaging.service.caller import Caller, authenticate, bearer
 from messaging.store.store import Store
+from messaging.web import metrics
+from messaging.web.ratelimit import RateLimiter
 
 # JSON escapes may make a body up to six times its text; the rest is headroom.
 REQUEST_BYTES_FACTOR = 6
@@ -320,6 +321,6 @@ async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     return ok(await reading.observed(svc.store, who, delivery_id))
 
 
-from messaging.routes_live import install  # noqa: E402 - needs the app above
+from messaging.web.live import install  # noqa: E402 - needs the app above
 
 install(app)

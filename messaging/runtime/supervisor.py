@@ -26,9 +26,9 @@ from typing import IO, cast
 import redis
 
 from messaging.config import OPERATOR_TOKEN_FILE, Settings
-from messaging.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
 
-API_APP = "messaging.api:app"
+API_APP = "messaging.web.app:app"
 CELERY_APP = "workers.app"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 STORE_START_TIMEOUT_S = 10.0

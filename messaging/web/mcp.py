@@ -27,10 +27,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging import directory, reading, sending, subscriptions
-from messaging.auth import Caller, authenticate
 from messaging.config import Settings
-from messaging.dispatch import BatchPublisher
 from messaging.errors import CourierError, store_unavailable
 from messaging.models import (
     InboxQuery,
@@ -40,6 +37,9 @@ from messaging.models import (
     SubscriptionIn,
     invalid_argument_details,
 )
+from messaging.runtime.publish import BatchPublisher
+from messaging.service import directory, reading, sending, subscriptions
+from messaging.service.caller import Caller, authenticate
 from messaging.store.store import Store
 
 Json = dict[str, Any]
@@ -57,7 +57,7 @@ INSTRUCTIONS = (
 
 
 class Services(Protocol):
-    """What the tools need from the API process (``messaging.api.Services``)."""
+    """What the tools need from the API process (``messaging.web.app.Services``)."""
 
     settings: Settings
     store: Store

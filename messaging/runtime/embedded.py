@@ -10,7 +10,7 @@ data dir. Layout of the data dir::
     <data_dir>/store.lock    held (flock) while a server runs on this dir
     <data_dir>/store-url     the running server's URL, removed on stop
 
-``python -m messaging.embedded`` runs the store from the settings until
+``python -m messaging.runtime.embedded`` runs the store from the settings until
 SIGINT or SIGTERM (the Procfile's ``store`` process).
 """
 
@@ -263,7 +263,7 @@ def _is_loopback(host: str) -> bool:
 
 def main() -> int:
     """Run the embedded store from the settings until SIGINT or SIGTERM."""
-    from messaging.supervisor import stop_signals  # the supervisor imports this module
+    from messaging.runtime.supervisor import stop_signals  # the supervisor imports this module
 
     settings = get_settings()
     if not settings.embedded:

@@ -9,12 +9,12 @@ import json
 from typing import Any
 
 from messaging import ids
-from messaging.auth import Caller, CallerKind
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import InboxQuery
+from messaging.service.caller import Caller, CallerKind
+from messaging.service.views import deliveries_of, delivery_view, message_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-from messaging.views import deliveries_of, delivery_view, message_view
 
 Json = dict[str, Any]
 

@@ -9,14 +9,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from messaging import ids
-from messaging.auth import Caller
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import AgentIn, PresenceIn, ProjectIn
-from messaging.sending import Dispatcher
+from messaging.service.caller import Caller
+from messaging.service.sending import Dispatcher
+from messaging.service.views import agent_row
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-from messaging.views import agent_row
 
 Json = dict[str, Any]
 

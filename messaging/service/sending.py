@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from messaging import ids
-from messaging.auth import Caller
 from messaging.config import Settings
 from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found
 from messaging.models import (
@@ -20,9 +19,10 @@ from messaging.models import (
     ReplyIn,
     SendIn,
 )
+from messaging.service.caller import Caller
+from messaging.service.views import label, message_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-from messaging.views import label, message_view
 
 Json = dict[str, Any]
 

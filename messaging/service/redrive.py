@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from messaging import ids
-from messaging.auth import Caller
 from messaging.errors import CourierError, not_found
-from messaging.sending import Dispatcher
+from messaging.service.caller import Caller
+from messaging.service.sending import Dispatcher
+from messaging.service.views import delivery_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-from messaging.views import delivery_view
 
 REFUSALS = {
     "accepted": "the transport accepted this delivery; it is not sent again",

@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from celery import Celery
 from kombu.exceptions import ChannelError
 
-from messaging.celeryconf import (
+from messaging.config import Settings
+from messaging.runtime.celeryconf import (
     DEFAULT_TASK_BATCH,
     DELIVER_TASK,
     TASK_BATCH,
     celery_config,
     queue_for,
 )
-from messaging.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
-from messaging import reading
-from messaging.auth import Caller
 from messaging.errors import CourierError, invalid
+from messaging.service import reading
+from messaging.service.caller import Caller
 from messaging.store.live import parse_stream_id
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339

@@ -1,6 +1,6 @@
 """The live routes: the event stream, idle subscriptions, and the MCP endpoint.
 
-``install(app)`` adds them to the API app (``messaging.api``); the handlers
+``install(app)`` adds them to the API app (``messaging.web.app``); the handlers
 are as thin as the API's own, over ``events``, ``subscriptions`` and ``mcp``.
 """
 
@@ -15,12 +15,12 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from starlette.routing import Route
 
-from messaging import events, subscriptions
-from messaging.auth import Caller, authenticate
 from messaging.config import get_settings
 from messaging.errors import not_found
-from messaging.mcp import Services, mcp_app
 from messaging.models import SubscriptionIn
+from messaging.service import events, subscriptions
+from messaging.service.caller import Caller, authenticate
+from messaging.web.mcp import Services, mcp_app
 
 MCP_PATH = "/mcp"
 

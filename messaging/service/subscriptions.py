@@ -20,7 +20,6 @@ import redis
 from pydantic import ValidationError
 
 from messaging import ids
-from messaging.auth import Caller
 from messaging.config import Settings
 from messaging.errors import CourierError, not_found
 from messaging.models import (
@@ -29,11 +28,12 @@ from messaging.models import (
     SubscriptionMessageIn,
     invalid_argument_details,
 )
-from messaging.sending import REASON_CODES, Dispatcher, Sent, send
+from messaging.service.caller import Caller
+from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
+from messaging.service.views import label
 from messaging.store.live import expire_subscriptions
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-from messaging.views import label
 
 Json = dict[str, Any]
 
