@@ -44,6 +44,7 @@ from messaging.store.store import Store
 
 Json = dict[str, Any]
 
+MCP_PATH = "/mcp"
 CALLER_SCOPE_KEY = "courier.caller"
 SERVER_NAME = "courier"
 SHORT_SUBJECT_MAX = 80
@@ -57,7 +58,7 @@ INSTRUCTIONS = (
 
 
 class Services(Protocol):
-    """What the tools need from the API process (``messaging.web.app.Services``)."""
+    """What the tools need from the API process (``messaging.web.deps.Services``)."""
 
     settings: Settings
     store: Store

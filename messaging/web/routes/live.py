@@ -1,30 +1,20 @@
-"""The live routes: the event stream, idle subscriptions, and the MCP endpoint.
-
-``install(app)`` adds them to the API app (``messaging.web.app``); the handlers
-are as thin as the API's own, over ``events``, ``subscriptions`` and ``mcp``.
-"""
+"""The live routes: the event stream and idle subscriptions."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Header, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
-from starlette.routing import Route
 
-from messaging.config import get_settings
 from messaging.errors import not_found
 from messaging.models import SubscriptionIn
 from messaging.service import events, subscriptions
 from messaging.service.caller import Caller, authenticate
-from messaging.web.mcp import Services, mcp_app
+from messaging.web.deps import Services
 
-MCP_PATH = "/mcp"
-
-router = APIRouter()
+router = APIRouter(tags=["live"])
 
 
 async def _services_and_caller(request: Request) -> tuple[Services, Caller]:
@@ -64,23 +54,3 @@ async def get_subscription(subscription_id: str, request: Request) -> JSONRespon
     if found is None or found["subscriber_id"] != agent_id:
         raise not_found("subscription")
     return JSONResponse(subscriptions.view(found))
-
-
-def mount_mcp(app: FastAPI) -> None:
-    """Serve MCP at ``/mcp`` and run its session manager within the app's lifespan."""
-    endpoint, manager = mcp_app(get_settings())
-    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(a: Any) -> AsyncIterator[Any]:
-        async with inner(a) as state, manager.run():
-            yield state
-
-    app.router.lifespan_context = lifespan
-
-
-def install(app: FastAPI) -> None:
-    """Add the live routes and the MCP endpoint to the API app."""
-    app.include_router(router)
-    mount_mcp(app)

@@ -1,0 +1,67 @@
+"""Messages: sending, replying, reading, marking, threads and the inbox."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from messaging.models import InboxQuery, ReplyIn, SendIn
+from messaging.service import reading, sending
+from messaging.web import metrics
+from messaging.web.deps import Svc, Who, ok
+
+router = APIRouter(tags=["messages"])
+
+
+@router.post("/v1/messages", status_code=201)
+async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
+    """Admit a message."""
+    sent = await sending.send(svc.store, svc.settings, svc.publisher, who, body)
+    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
+    return ok(sent.body, sent.status)
+
+
+@router.post("/v1/messages/{message_id}/reply", status_code=201)
+async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
+    """Reply in the message's thread, to its sender."""
+    sent = await sending.reply(svc.store, svc.settings, svc.publisher, who, message_id, body)
+    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
+    return ok(sent.body, sent.status)
+
+
+@router.get("/v1/messages/{message_id}")
+async def get_message(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """One message, as the caller may see it."""
+    return ok(await reading.get_message(svc.store, who, message_id))
+
+
+@router.post("/v1/messages/{message_id}/read")
+async def mark_read(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Mark a received message read."""
+    return ok(await reading.mark(svc.store, who, message_id, "read"))
+
+
+@router.post("/v1/messages/{message_id}/ack")
+async def mark_ack(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Acknowledge a received message."""
+    return ok(await reading.mark(svc.store, who, message_id, "ack"))
+
+
+@router.get("/v1/messages/{message_id}/deliveries")
+async def message_deliveries(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The deliveries of one message."""
+    return ok(await reading.message_deliveries(svc.store, who, message_id))
+
+
+@router.get("/v1/threads/{thread_id}")
+async def get_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """A thread's messages the caller may see."""
+    return ok(await reading.get_thread(svc.store, who, thread_id))
+
+
+@router.get("/v1/agents/me/inbox")
+async def get_inbox(q: Annotated[InboxQuery, Query()], svc: Svc, who: Who) -> JSONResponse:
+    """A page of the caller's inbox."""
+    return ok(await reading.inbox(svc.store, who, q))
