@@ -304,6 +304,34 @@ def delivery(delivery_id: str, url: Url = None, token: Token = None,
                   + (f"  {escape(a['error'])}" if a.get("error") else ""))
 
 
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="words (all must match); `auth*` is a prefix")] = "",
+    topic: Annotated[str | None, typer.Option()] = None,
+    sender: Annotated[str | None, typer.Option("--from", help="sender name")] = None,
+    since: Annotated[str | None, typer.Option(help="RFC 3339 time")] = None,
+    until: Annotated[str | None, typer.Option(help="RFC 3339 time")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+    cursor: Annotated[str | None, typer.Option(help="a next_cursor from before")] = None,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Search what the token's agent sent or received, newest first."""
+    page = _call(url, token, CourierClient.search, query, cursor=cursor, limit=limit,
+                 topic=topic, sender=sender, since=since, until=until)
+    if as_json:
+        _print_json(page)
+        return
+    for m in page["messages"]:
+        out.print(escape(f"{m['created_ts']}  {m['from']}: {m['subject']}  ({m['id']})"))
+        out.print(f"    {m['snippet']}", markup=False, highlight=False)
+    if not page["messages"]:
+        out.print("nothing found")
+    if page["next_cursor"]:
+        out.print(f"more: --cursor {page['next_cursor']}")
+
+
 def main() -> None:
     """Entry point of the ``courier`` script."""
     app()

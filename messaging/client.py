@@ -273,3 +273,19 @@ class CourierClient:
     def observed(self, delivery_id: str) -> Json:
         """Tell Courier this agent's host showed the delivery."""
         return self.request("POST", f"/v1/deliveries/{delivery_id}/observed")
+
+    # search
+
+    def search(self, q: str = "", cursor: str | None = None, limit: int = 50,
+               **filters: Any) -> Json:
+        """One page of this agent's search, newest first: ``{"messages", "next_cursor"}``.
+
+        Filters: ``topic``, ``sender`` (a sender name), ``since``, ``until`` (RFC 3339).
+        """
+        params: Json = {"q": q, "limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        for key, value in filters.items():
+            if value is not None:
+                params["from" if key == "sender" else key] = value
+        return self.request("GET", "/v1/agents/me/search", params=params)

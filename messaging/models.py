@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,6 +24,7 @@ SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
 INBOX_LIMIT_MAX = 500
+SEARCH_Q_MAX = 500
 SUBSCRIPTION_TTL_S = 3600
 SUBSCRIPTION_TTL_MAX_S = 7 * 24 * 3600
 
@@ -288,6 +290,20 @@ class InboxQuery(BaseModel):
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
     unread_only: bool = False
     urgent_only: bool = False
+
+
+class SearchQuery(BaseModel):
+    """Query of ``GET /v1/agents/me/search`` (and the project's search)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    q: Annotated[str, StringConstraints(max_length=SEARCH_Q_MAX)] = ""
+    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
+    sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)] | None = Field(
+        None, alias="from")
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+    cursor: str | None = None
+    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = 50
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import os
 
+import redis
 from celery.utils.log import get_task_logger
 
 from messaging.config import get_settings
 from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK
 from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
-from messaging.store.deliveries import DeliveryStore, now_ms
+from messaging.store.deliveries import DeliveryStore, Leased, now_ms
+from messaging.store.searchindex import index_messages
 from workers import transports
 from workers.app import app
 
@@ -53,6 +55,7 @@ def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> int:
         leased = store().lease(project_id, delivery_ids, lease_ms, True)
         if leased:
             carrier.deliver(store(), project_id, leased)
+            index(project_id, leased)
         return len(leased)
     # One lease per request, taken just before it: a lease never runs out while
     # its delivery waits behind others in the same task.
@@ -61,8 +64,24 @@ def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> int:
         leased = store().lease(project_id, [delivery_id], lease_ms, False)
         if leased:
             carrier.deliver(store(), project_id, leased)
+            index(project_id, leased)
             count += 1
     return count
+
+
+def index(project_id: str, leased: list[Leased]) -> None:
+    """Make dispatched messages searchable by their senders and these recipients.
+
+    After the outcome is recorded, so search never delays a delivery; a failure
+    here is logged and leaves the delivery as recorded.
+    """
+    viewers: dict[str, set[str]] = {}
+    for lease in leased:
+        viewers.setdefault(lease.message_id, set()).update((lease.agent_id, lease.sender_id))
+    try:
+        index_messages(store().client, project_id, viewers)
+    except redis.RedisError as exc:
+        log.warning("search index of %s not updated: %s", sorted(viewers), exc)
 
 
 @app.task(name=SWEEP_TASK)

@@ -33,7 +33,7 @@ def _project_of(caller: Caller, scoped_id: str, what: str) -> str:
     return project_id
 
 
-def _visible(caller: Caller, record: Json) -> Json | None:
+def visible(caller: Caller, record: Json) -> Json | None:
     """The message as the caller may see it, or None."""
     msg_sender = json.loads(record["json"])["sender_id"]
     if caller.kind is not CallerKind.AGENT or caller.agent_id == msg_sender:
@@ -47,7 +47,7 @@ async def get_message(store: Store, caller: Caller, message_id: str) -> Json:
     """One message: everything for its sender, no one else's bcc for a recipient."""
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
-    view = _visible(caller, record) if record else None
+    view = visible(caller, record) if record else None
     if view is None:
         raise not_found("message")
     return view
@@ -64,7 +64,7 @@ async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
     records = await store.get_messages(caller.project_id, mids)
     views = [v for r in records
              if r and json.loads(r["json"])["thread_id"] == thread_id
-             and (v := _visible(caller, r)) is not None]
+             and (v := visible(caller, r)) is not None]
     if not views:
         raise not_found("thread")
     return {"thread_id": thread_id, "messages": views}
@@ -111,7 +111,7 @@ async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
             after = score
             if not dlv or not record:
                 continue
-            msg = _visible(caller, record)
+            msg = visible(caller, record)
             if msg is not None and _wanted(q, msg, dlv):
                 items.append({**msg, "delivery_id": did, "read_ts": rfc3339(dlv.get("read_us")),
                               "ack_ts": rfc3339(dlv.get("ack_us"))})

@@ -35,6 +35,12 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   d: notice delivery id, t: notice thread}},
                                                   the subscriptions still waiting     no TTL
     :sub_due                               zset   waiting subscription ids by expiry (ms) no TTL
+    :sx:<viewer>:<term>                    zset   search postings: message ids a viewer (an
+                                                  agent id, or ``project`` for the project
+                                                  token) may see carrying the term, scored
+                                                  by search_score (searchindex.py)   no TTL
+    :sxt:<viewer>                          zset   the viewer's indexed words, all scored 0,
+                                                  for prefix look-ups by lex range   no TTL
 """
 
 from __future__ import annotations
@@ -143,3 +149,13 @@ def subscriptions_due(project_id: str) -> str:
 def stats(project_id: str) -> str:
     """The project's delivery counters."""
     return f"{_p(project_id)}:stats"
+
+
+def search_postings(project_id: str, viewer: str, term: str) -> str:
+    """The messages a viewer may see that carry one search term."""
+    return f"{_p(project_id)}:sx:{viewer}:{term}"
+
+
+def search_words(project_id: str, viewer: str) -> str:
+    """Every word indexed for a viewer, for prefix look-ups."""
+    return f"{_p(project_id)}:sxt:{viewer}"

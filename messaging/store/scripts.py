@@ -29,3 +29,4 @@ class Scripts:
         self.record_outcome = load("record_outcome")
         self.expire_lease = load("expire_lease")
         self.redrive = load("redrive")
+        self.search_page = load("search_page")

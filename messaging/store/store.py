@@ -13,6 +13,7 @@ from messaging.store import keys
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.scripts import Scripts
+from messaging.store.searchindex import SearchIndex
 
 IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 REF_ATTEMPTS = 20
@@ -34,6 +35,7 @@ class Store:
         self.scopes: Lru[str, Json] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
+        self.search = SearchIndex(client, self.scripts)
 
     @classmethod
     def from_url(cls, url: str) -> Store:

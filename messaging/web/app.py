@@ -27,7 +27,7 @@ from messaging.web import metrics
 from messaging.web.deps import Services, ok
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.ratelimit import RateLimiter
-from messaging.web.routes import deliveries, live, messages, ops, projects
+from messaging.web.routes import deliveries, live, messages, ops, projects, search
 
 # JSON escapes may make a body up to six times its text; the rest is headroom.
 REQUEST_BYTES_FACTOR = 6
@@ -129,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, _framework_error)
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
-    for module in (ops, projects, messages, deliveries, live):
+    for module in (ops, projects, messages, deliveries, live, search):
         app.include_router(module.router)
     return app
 

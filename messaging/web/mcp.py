@@ -33,12 +33,13 @@ from messaging.models import (
     InboxQuery,
     PresenceIn,
     ReplyIn,
+    SearchQuery,
     SendIn,
     SubscriptionIn,
     invalid_argument_details,
 )
 from messaging.runtime.publish import BatchPublisher
-from messaging.service import directory, reading, sending, subscriptions
+from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller, authenticate
 from messaging.store.store import Store
 
@@ -197,6 +198,23 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
 
         async def call(svc: Services, who: Caller) -> Json:
             return await reading.inbox(svc.store, who, InboxQuery.model_validate(fields))
+
+        return await run_tool(ctx, call)
+
+    @server.tool(description="Search what you sent or received, newest first "
+                             "(GET /v1/agents/me/search): every word of q in subject or body, "
+                             "`auth*` for a prefix; filter by topic, sender name (from), since "
+                             "and until (RFC 3339). Pass next_cursor back as cursor for more.")
+    async def search_messages(
+        ctx: Context, q: str = "", topic: str | None = None, sender: str | None = None,
+        since: str | None = None, until: str | None = None, cursor: str | None = None,
+        limit: int | None = None,
+    ) -> CallToolResult:
+        fields = _given(q=q, topic=topic, sender=sender, since=since, until=until,
+                        cursor=cursor, limit=limit)
+
+        async def call(svc: Services, who: Caller) -> Json:
+            return await search.search(svc.store, who, SearchQuery.model_validate(fields))
 
         return await run_tool(ctx, call)
 
