@@ -10,8 +10,21 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from messaging.store.connect import is_cluster
+
 OPERATOR_TOKEN_FILE = "operator-token"
 EMBEDDED_URL_FILE = "store-url"
+
+
+class SettingsError(ValueError):
+    """Settings that cannot work together (a cluster store with no broker of its own)."""
+
+
+CLUSTER_NEEDS_BROKER = (
+    "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
+    " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
+    " or to RabbitMQ (amqp://user:password@host:5672//)"
+)
 
 
 class Settings(BaseSettings):
@@ -64,8 +77,16 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        """The broker's URL; the store's when unset."""
-        return self.broker_url or self.store_url
+        """The broker's URL; the store's when unset.
+
+        Raises:
+            SettingsError: the store is a Redis Cluster and no other broker is set,
+                or the broker's URL names a cluster.
+        """
+        url = self.broker_url or self.store_url
+        if is_cluster(url):
+            raise SettingsError(CLUSTER_NEEDS_BROKER)
+        return url
 
     @property
     def embedded(self) -> bool:

@@ -2,6 +2,10 @@
 
 Each stack gets its own ports and data directory, so test runs can go side
 by side. Processes are real, so tests can kill them.
+
+The store is one Valkey server, or with ``COURIER_TEST_STORE=cluster`` (or
+``STORE = "cluster"``) a 3-node Valkey cluster with a plain Valkey server of
+its own as the Celery broker.
 """
 
 from __future__ import annotations
@@ -14,19 +18,24 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 
 from messaging.client import CourierClient
 from messaging.runtime.embedded import EmbeddedStore
-from messaging.store import keys
+from messaging.store import connect, keys
+from tests.cluster import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
+CLUSTER_NODES = 3
+# The store make_stack starts: "node" (one server) or "cluster".
+STORE = os.environ.get("COURIER_TEST_STORE", "node")
 
 
 def free_port() -> int:
@@ -101,16 +110,22 @@ class Stack:
 
     root: Path
     env: dict[str, str]
-    store: EmbeddedStore
+    store: EmbeddedStore | EmbeddedCluster
     api_url: str = ""
     procs: list[Proc] = field(default_factory=list)
+    # The broker started for a cluster store (None: the store or a given URL).
+    broker: EmbeddedStore | None = None
 
     @property
     def operator_token(self) -> str:
         return self.env["COURIER_OPERATOR_TOKEN"]
 
-    def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.store.url, decode_responses=True)
+    @property
+    def broker_url(self) -> str:
+        return self.env.get("COURIER_BROKER_URL") or self.store.url
+
+    def redis(self) -> connect.SyncClient:
+        return connect.sync_client(self.store.url)
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
         log = self.root / f"{name}-{len(self.procs)}.log"
@@ -151,7 +166,6 @@ class Stack:
         if beat:
             args += ["-B", "-s", str(self.root / f"beat-{name}")]
         proc = self.spawn("worker", args, env)
-        r = self.redis()
 
         def ready() -> bool:
             if not proc.alive():
@@ -159,7 +173,6 @@ class Stack:
             return "ready." in proc.log.read_text(errors="replace")
 
         wait_until(ready, START_TIMEOUT_S, what="the worker")
-        r.close()
         return proc
 
     def operator(self) -> CourierClient:
@@ -172,12 +185,36 @@ class Stack:
         for proc in reversed(self.procs):
             proc.stop()
         self.store.stop()
+        if self.broker is not None:
+            self.broker.stop()
 
 
-def make_stack(root: Path, **settings: str) -> Stack:
-    """Start a store and an API; workers are started by the tests that need them."""
+def start_store(root: Path, kind: str) -> EmbeddedStore | EmbeddedCluster:
+    """One Valkey server, or a cluster of CLUSTER_NODES, started."""
+    if kind == "cluster":
+        ports = [(free_port(), free_port()) for _ in range(CLUSTER_NODES)]
+        cluster = EmbeddedCluster(root / "cluster", ports)
+        cluster.start()
+        return cluster
+    if kind != "node":
+        raise ValueError(f"COURIER_TEST_STORE must be node or cluster, not {kind!r}")
     store = EmbeddedStore(root / "data", port=free_port())
     store.start()
+    return store
+
+
+def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> Stack:
+    """Start a store (``STORE`` unless told) and an API; tests start the workers they need."""
+    store = start_store(root, store_kind or STORE)
+    broker = None
+    if isinstance(store, EmbeddedCluster) and "broker_url" not in settings:
+        broker = EmbeddedStore(root / "broker", port=free_port())
+        try:
+            broker.start()
+        except BaseException:
+            store.stop()
+            raise
+        settings = {**settings, "broker_url": broker.url}
     env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
     env.update({
         "COURIER_REDIS_URL": store.url,
@@ -188,10 +225,21 @@ def make_stack(root: Path, **settings: str) -> Stack:
         "COURIER_RATE_LIMIT_PER_S": "0",
         **{f"COURIER_{k.upper()}": v for k, v in settings.items()},
     })
-    stack = Stack(root, env, store)
+    stack = Stack(root, env, store, broker=broker)
     try:
         _, stack.api_url = stack.start_api()
     except BaseException:
         stack.stop()
         raise
     return stack
+
+
+@contextmanager
+def served_stack(root: Path) -> Iterator[Stack]:
+    """A stack with one inbox worker (with beat), stopped on exit."""
+    stack = make_stack(root)
+    try:
+        stack.start_worker()
+        yield stack
+    finally:
+        stack.stop()

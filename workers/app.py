@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 from celery import Celery
 
-from messaging.config import get_settings
+from messaging.config import SettingsError, get_settings
 from messaging.runtime.celeryconf import celery_config
 
 app = Celery("courier", include=["workers.tasks"])
-app.conf.update(celery_config(get_settings()))
+try:
+    app.conf.update(celery_config(get_settings()))
+except SettingsError as exc:  # say why in one line, not with a traceback
+    sys.exit(f"courier worker cannot start: {exc}")

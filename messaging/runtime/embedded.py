@@ -26,8 +26,10 @@ from types import TracebackType
 from typing import IO
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from messaging.config import EMBEDDED_URL_FILE, get_settings
+from messaging.store import connect
 
 STORE_SUBDIR = "store"
 LOG_FILE = "store.log"
@@ -225,30 +227,31 @@ class EmbeddedStore:
 
 
 def wait_ready(url: str, timeout_s: float) -> None:
-    """Ping the Redis-protocol server at ``url`` until it answers.
+    """Ping the Redis-protocol server (or cluster) at ``url`` until it answers.
 
     Raises:
         TimeoutError: it did not answer within ``timeout_s``.
         redis.RedisError: it answered with an error other than "loading"
             (a wrong password, for instance).
+        StoreUrlError: the URL cannot name a store.
     """
-    client = redis.Redis.from_url(
-        url, socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S
-    )
     deadline = time.monotonic() + timeout_s
-    try:
-        while True:
+    while True:
+        try:
+            # A cluster client connects as it is made: make it inside the try.
+            client = connect.sync_client(
+                url, socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S)
             try:
                 client.ping()
                 return
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"store at {url} did not answer within {timeout_s:g} s: {exc}"
-                    ) from exc
-            time.sleep(POLL_INTERVAL_S)
-    finally:
-        client.close()
+            finally:
+                client.close()
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as exc:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"store at {url} did not answer within {timeout_s:g} s: {exc}"
+                ) from exc
+        time.sleep(POLL_INTERVAL_S)
 
 
 def _is_loopback(host: str) -> bool:

@@ -25,8 +25,9 @@ from typing import IO, cast
 
 import redis
 
-from messaging.config import OPERATOR_TOKEN_FILE, Settings
+from messaging.config import OPERATOR_TOKEN_FILE, Settings, SettingsError
 from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from messaging.store.connect import StoreUrlError
 
 API_APP = "messaging.web.app:app"
 CELERY_APP = "workers.app"
@@ -142,6 +143,11 @@ def run_up(settings: Settings) -> int:
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
     table = process_table(settings)
     out = Output([SUPERVISOR_NAME, STORE_NAME, *table])
+    try:
+        settings.celery_broker_url  # noqa: B018 - raises when no broker can be used
+    except SettingsError as exc:
+        out.line(SUPERVISOR_NAME, f"cannot start: {exc}")
+        return 2
     store = EmbeddedStore(settings.data_dir, settings.embedded_port) if settings.embedded else None
     children: list[Child] = []
     with stop_signals() as stopping:
@@ -171,7 +177,7 @@ def _start_store(store: EmbeddedStore | None, settings: Settings, out: Output) -
                 STORE_NAME,
                 f"valkey at {store.url}, data in {store.store_dir}, log in {store.log_path}",
             )
-    except (EmbeddedStoreError, TimeoutError, redis.RedisError) as exc:
+    except (EmbeddedStoreError, TimeoutError, StoreUrlError, redis.RedisError) as exc:
         out.line(SUPERVISOR_NAME, str(exc))
         return False
     return True

@@ -16,7 +16,6 @@ import json
 import secrets
 from typing import Any
 
-import redis
 from pydantic import ValidationError
 
 from messaging import ids
@@ -31,6 +30,7 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
 from messaging.service.views import label
+from messaging.store.connect import SyncClient
 from messaging.store.live import expire_subscriptions
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -189,7 +189,7 @@ async def subscribe(
     return Sent(200 if answer["status"] == "exists" else 201, out)
 
 
-def expire_due_sync(redis_client: redis.Redis, project_id: str, now_ms: int) -> int:
+def expire_due_sync(redis_client: SyncClient, project_id: str, now_ms: int) -> int:
     """Send the ``expired`` notice of the project's subscriptions due by ``now_ms``.
 
     For the sweeper (synchronous redis-py, ``decode_responses=True``). The

@@ -7,9 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from messaging.store import keys
+from messaging.store import connect, keys
 from messaging.store.scripts import Scripts
 from messaging.timefmt import now_us
 
@@ -80,14 +78,14 @@ def now_ms() -> int:
 class DeliveryStore:
     """Typed operations for workers and the sweeper; every key comes from ``keys``."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: connect.SyncClient) -> None:
         self.client = client
         self.scripts = Scripts(client)
 
     @classmethod
     def from_url(cls, url: str) -> DeliveryStore:
-        """A store on a new connection pool for ``url``."""
-        return cls(redis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+        """A store on new connections to ``url`` (one server or a cluster)."""
+        return cls(connect.sync_client(url))
 
     def lease(
         self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool

@@ -3,7 +3,8 @@
 Project keys carry the hash tag ``{p:<project_id>}`` so that each Lua script
 touches one cluster slot. ``:`` is the only separator.
 
-Global (no project):
+Global (no project): single keys spread over a cluster by their own hash.
+No script touches them, so no script crosses cluster slots.
     courier:token:<sha256>                 hash   kind, project_id, agent_id        no TTL
     courier:project_key:<sha256(key)>      string project_id                         no TTL
     courier:projects                       set    every project id (sweeper's list) no TTL

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 
-from messaging.store import keys
+from messaging.store import connect, keys
 from messaging.store.scripts import source
 
 Json = dict[str, Any]
@@ -63,7 +62,7 @@ def _shared_keys(project_id: str) -> list[str]:
 class Live:
     """Presence, subscriptions and event streams on one asyncio client."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: connect.AsyncClient) -> None:
         self.client = client
         self._resolve = client.register_script(source("resolve_target"))
         self._subscribe = client.register_script(_with_notices("subscribe"))
@@ -140,8 +139,7 @@ class Live:
         """Up to ``count`` events past ``after``, waiting up to ``block_ms`` for one."""
         stream = keys.events(project_id, agent_id)
         # A block as long as the socket timeout would fail as a timeout.
-        timeout_s = self.client.connection_pool.connection_kwargs.get(
-            "socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+        timeout_s = connect.socket_timeout_s(self.client, DEFAULT_SOCKET_TIMEOUT_S)
         if timeout_s:
             block_ms = max(1, min(block_ms, int(timeout_s * 1000 * SOCKET_SHARE)))
         found: Any = await self.client.xread({stream: after}, count=count, block=block_ms)
@@ -180,7 +178,7 @@ def parse_stream_id(value: str) -> str | None:
     return f"{int(ms)}-{int(seq or 0)}"
 
 
-def expire_subscriptions(client: redis.Redis, project_id: str, now_us: int) -> list[Fired]:
+def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: int) -> list[Fired]:
     """Send the ``expired`` notice of each waiting subscription whose time ran out (sync)."""
     now_ms = now_us // 1000
     due_key = keys.subscriptions_due(project_id)

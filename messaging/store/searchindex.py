@@ -14,11 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
 from messaging.searchtext import EVERY, QueryWord, message_terms, message_words
 from messaging.store import keys
+from messaging.store.connect import AsyncClient, SyncClient
 from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
@@ -52,7 +50,7 @@ def _viewers(viewers: Iterable[str]) -> list[str]:
     return sorted({v for v in viewers if v.startswith("agt_")} | {PROJECT_VIEWER})
 
 
-def index_messages(client: redis.Redis, project_id: str,
+def index_messages(client: SyncClient, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
     """Index each message for its viewers (idempotent); returns how many were found."""
     read = client.pipeline(transaction=False)
@@ -77,7 +75,7 @@ def index_messages(client: redis.Redis, project_id: str,
     return found
 
 
-def unindex_message(client: redis.Redis, project_id: str, message_id: str, msg: Json,
+def unindex_message(client: SyncClient, project_id: str, message_id: str, msg: Json,
                     viewers: Iterable[str]) -> None:
     """Remove a message from its viewers' postings (when it leaves the store)."""
     pipe = client.pipeline(transaction=False)
@@ -98,7 +96,7 @@ class SearchPage:
 class SearchIndex:
     """Queries of the index (asyncio, the API's side)."""
 
-    def __init__(self, client: aioredis.Redis, scripts: Scripts) -> None:
+    def __init__(self, client: AsyncClient, scripts: Scripts) -> None:
         self.client = client
         self.scripts = scripts
 

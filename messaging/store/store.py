@@ -6,10 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from messaging import ids
-from messaging.store import keys
+from messaging.store import connect, keys
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.scripts import Scripts
@@ -29,7 +27,7 @@ def _hash(found: Mapping[Any, Any]) -> Json:
 class Store:
     """Typed operations on the store; every key comes from ``keys``."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: connect.AsyncClient) -> None:
         self.client = client
         self.scripts = Scripts(client)
         self.scopes: Lru[str, Json] = Lru()
@@ -39,8 +37,8 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str) -> Store:
-        """A store on a new connection pool for ``url``."""
-        return cls(aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+        """A store on new connections to ``url`` (one server or a cluster)."""
+        return cls(connect.async_client(url))
 
     async def close(self) -> None:
         """Close the connection pool."""

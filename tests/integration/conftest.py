@@ -10,18 +10,14 @@ from typing import Any
 import pytest
 
 from messaging.client import CourierClient
-from tests.stack import Stack, make_stack
+from tests.stack import Stack, served_stack
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Store, API and one inbox worker (with beat), shared by the session's tests."""
-    s = make_stack(tmp_path_factory.mktemp("stack"))
-    try:
-        s.start_worker()
+    with served_stack(tmp_path_factory.mktemp("stack")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @dataclass

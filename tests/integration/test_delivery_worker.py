@@ -60,7 +60,8 @@ def open_project(stack: Stack) -> Iterator[Project]:
 def broker_app(stack: Stack) -> Iterator[Celery]:
     """A Celery app publishing to the stack's broker, configured as the API's."""
     app = Celery("courier-test", set_as_current=False)
-    app.conf.update(celery_config(Settings(redis_url=stack.store.url)))
+    app.conf.update(celery_config(Settings(redis_url=stack.store.url,
+                                           broker_url=stack.broker_url)))
     try:
         yield app
     finally:

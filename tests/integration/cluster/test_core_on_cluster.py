@@ -1,0 +1,65 @@
+"""Send, deliver, read, idle notices and the sweeper on a Valkey cluster: the same tests.
+
+The tests are the single-node suite's own, imported here so that they run
+again against this package's cluster stacks (see conftest.py). What is only
+true of a cluster is tested in test_sharding.py.
+"""
+
+from __future__ import annotations
+
+from tests.integration.test_delivery_worker import (
+    own_stack,
+    test_a_duplicate_delivery_task_changes_nothing,
+    test_a_send_whose_publish_failed_is_published_by_the_sweeper,
+)
+from tests.integration.test_events import (
+    listeners,
+    test_new_mail_is_a_message_event_that_wakes_and_records_it_observed,
+)
+from tests.integration.test_idempotency import (
+    test_a_replay_returns_the_stored_message_and_stores_nothing_new,
+    test_concurrent_identical_sends_admit_exactly_one_message,
+)
+from tests.integration.test_idle_notices import (
+    test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream,
+    test_a_message_goes_out_now_and_the_notice_waits_for_the_next_idle,
+    test_a_subscription_whose_time_runs_out_gets_one_expired_notice,
+    test_beat_sends_the_expired_notice_when_the_time_runs_out,
+    test_one_notice_per_subscription_when_50_presence_reports_race,
+)
+from tests.integration.test_reading import (
+    test_a_reply_keeps_the_thread_and_goes_to_the_original_sender,
+    test_a_thread_lists_what_the_caller_may_see_oldest_first,
+    test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps,
+    test_fetching_records_delivery_observed_and_leaves_the_message_unread,
+    test_message_deliveries_list_every_recipient_for_the_sender_and_the_project,
+    test_pages_of_seven_return_every_message_once_in_arrival_order,
+)
+from tests.integration.test_round_trip import (
+    test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded,
+)
+from tests.integration.test_send_rules import test_100_recipients_in_all_are_admitted
+
+# Imported to run here: pytest collects tests and fixtures by name from this module.
+__all__ = [
+    "listeners",
+    "own_stack",
+    "test_100_recipients_in_all_are_admitted",
+    "test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream",
+    "test_a_duplicate_delivery_task_changes_nothing",
+    "test_a_message_goes_out_now_and_the_notice_waits_for_the_next_idle",
+    "test_a_replay_returns_the_stored_message_and_stores_nothing_new",
+    "test_a_reply_keeps_the_thread_and_goes_to_the_original_sender",
+    "test_a_send_whose_publish_failed_is_published_by_the_sweeper",
+    "test_a_subscription_whose_time_runs_out_gets_one_expired_notice",
+    "test_a_thread_lists_what_the_caller_may_see_oldest_first",
+    "test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps",
+    "test_beat_sends_the_expired_notice_when_the_time_runs_out",
+    "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
+    "test_concurrent_identical_sends_admit_exactly_one_message",
+    "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
+    "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
+    "test_new_mail_is_a_message_event_that_wakes_and_records_it_observed",
+    "test_one_notice_per_subscription_when_50_presence_reports_race",
+    "test_pages_of_seven_return_every_message_once_in_arrival_order",
+]
