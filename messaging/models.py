@@ -158,18 +158,13 @@ class ProjectIn(Model):
         return _one_line(value)
 
 
-class InboxTransportIn(Model):
-    """Mail waits in the agent's inbox."""
+class TransportIn(Model):
+    """``{"kind": ..., ...settings}``: the rest is checked by that transport's settings model
+    (``{"kind": "inbox"}``; ``{"kind": "webhook", "url", "secret"?}``; installed plug-ins)."""
 
-    kind: Literal["inbox"]
+    model_config = ConfigDict(extra="allow", strict=True)
 
-
-class WebhookTransportIn(Model):
-    """Mail is POSTed to a URL, signed with the secret."""
-
-    kind: Literal["webhook"]
-    url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
-    secret: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
 class BoundSourceIn(Model):
@@ -188,7 +183,7 @@ class AgentIn(Model):
     """``POST /v1/projects/{project_id}/agents``."""
 
     name: Name
-    transport: InboxTransportIn | WebhookTransportIn = Field(discriminator="kind")
+    transport: TransportIn
     bound_source: BoundSourceIn | None = None
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     model: Annotated[OneLine, StringConstraints(max_length=200)] | None = None

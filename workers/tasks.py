@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 import redis
 from celery.utils.log import get_task_logger
@@ -16,11 +17,13 @@ from messaging.store.deliveries import DeliveryStore, Leased, now_ms
 from messaging.store.searchindex import index_messages
 from workers import transports
 from workers.app import app
+from workers.dispatch import Dispatcher
 
 log: logging.Logger = get_task_logger(__name__)
 
-LEASE_EXPIRED = "the worker's lease ran out before it recorded an outcome; whether the " \
-    "receiver got the request is unknown"
+LEASE_EXPIRED = "the worker's lease ran out after the request was handed off; whether " \
+    "the receiver got it is unknown"
+LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the request off"
 
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
@@ -42,31 +45,29 @@ def publisher() -> Publisher:
     return _publisher[1]
 
 
+def summary(transport: str, project_id: str, counts: Counter[str]) -> str:
+    """What a delivery task did, as Flower shows it: its outcomes by kind."""
+    if not counts:
+        return f"{transport} {project_id}: nothing to do (leased or recorded elsewhere)"
+    told = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+    done = sum(counts.values())
+    if counts.get("failed", 0) == done:
+        told += " (all failed)"
+    return f"{transport} {project_id}: {told}"
+
+
 @app.task(name=DELIVER_TASK)
-def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> int:
+def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> str:
     """Lease what is free of these deliveries, deliver it, record outcomes.
 
     A duplicate task finds the leases taken or the outcomes recorded and does
-    nothing; returns how many deliveries this run leased.
+    nothing; returns what it recorded, by outcome.
     """
-    carrier = transports.get(transport)
-    lease_ms = int(carrier.lease_s * 1000)
-    if carrier.idempotent:
-        leased = store().lease(project_id, delivery_ids, lease_ms, True)
-        if leased:
-            carrier.deliver(store(), project_id, leased)
-            index(project_id, leased)
-        return len(leased)
-    # One lease per request, taken just before it: a lease never runs out while
-    # its delivery waits behind others in the same task.
-    count = 0
-    for delivery_id in delivery_ids:
-        leased = store().lease(project_id, [delivery_id], lease_ms, False)
-        if leased:
-            carrier.deliver(store(), project_id, leased)
-            index(project_id, leased)
-            count += 1
-    return count
+    counts, leased = Dispatcher(store(), get_settings()).run(transports.get(transport),
+                                                             project_id, delivery_ids)
+    if leased:
+        index(project_id, leased)
+    return summary(transport, project_id, counts)
 
 
 def index(project_id: str, leased: list[Leased]) -> None:
@@ -84,16 +85,18 @@ def index(project_id: str, leased: list[Leased]) -> None:
         log.warning("search index of %s not updated: %s", sorted(viewers), exc)
 
 
-@app.task(name=SWEEP_TASK)
+# No task events: a sweep every few seconds would push the delivery tasks out
+# of Flower's history on a quiet deployment.
+@app.task(name=SWEEP_TASK, send_events=False)
 def sweep() -> int:
     """Publish again what was admitted but never dispatched, is due for a retry
-    or a redrive, or whose idempotent worker died; record `unknown` where a
+    or a redrive, or whose idempotent worker died; record the outcome where a
     non-idempotent worker's lease ran out.
 
     Returns how many deliveries were published again.
     """
     grace_ms = int(get_settings().outbox_grace_s * 1000)
-    idempotent = [kind for kind, t in transports.registry().items() if t.idempotent]
+    idempotent = [kind for kind, t in transports.installed().items() if t.idempotent]
     published = 0
     for project_id in store().project_ids():
         # Expired subscriptions first: their notices are due at once, so this
@@ -102,10 +105,12 @@ def sweep() -> int:
         actions = store().sweep(project_id, grace_ms, idempotent)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
         for a in actions:
-            if a.action == "expired" and store().expire_lease(project_id, a.delivery_id,
-                                                              LEASE_EXPIRED):
-                log.warning("delivery %s: lease ran out after hand-off; outcome unknown",
-                            a.delivery_id)
+            if a.action != "expired":
+                continue
+            outcome = store().expire_lease(project_id, a.delivery_id, LEASE_EXPIRED,
+                                           LEASE_EXPIRED_NOT_SENT)
+            if outcome:
+                log.warning("delivery %s: lease ran out; outcome %s", a.delivery_id, outcome)
         if todo:
             publisher().publish_grouped(todo)
             published += len(todo)

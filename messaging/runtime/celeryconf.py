@@ -1,7 +1,8 @@
 """Celery settings shared by the API (which publishes) and the workers.
 
 Kept here, not in ``workers``, because the API publishes tasks by name and
-must not import worker code.
+must not import worker code. Queues and batch sizes come from the installed
+transports' declarations (``workers.transports``), read without starting them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import Any
 from kombu.entity import Exchange, Queue
 
 from messaging.config import Settings
+from workers import transports
 
 DELIVER_TASK = "courier.deliver"
 SWEEP_TASK = "courier.sweep"
 SWEEP_QUEUE = "courier.sweep"
-TRANSPORTS = ("inbox", "webhook")
 
 # A task may run at most this long; the webhook timeout sits well inside it.
 TASK_TIME_LIMIT_S = 300
@@ -26,21 +27,24 @@ VISIBILITY_TIMEOUT_S = 2 * TASK_TIME_LIMIT_S
 PUBLISH_TIMEOUT_S = 2.0
 
 
-# Deliveries per task. Inbox deliveries share one lease script and one store
-# round trip; a webhook delivery is one request that may take the whole
-# timeout, so each gets its own task and any free worker process can take it.
-TASK_BATCH = {"inbox": 100, "webhook": 1}
-DEFAULT_TASK_BATCH = 1
+def queue_for(transport: str, lane: str = "") -> str:
+    """The queue of one transport's deliveries (on a lane, the lane's)."""
+    return transports.installed()[transport].queue(lane)
 
 
-def queue_for(transport: str) -> str:
-    """The queue of one transport's deliveries."""
-    return f"deliver.{transport}"
+def batch_size(transport: str) -> int:
+    """Deliveries per task of one transport."""
+    return transports.installed()[transport].batch_size
+
+
+def delivery_queues() -> list[str]:
+    """The shared delivery queue of every installed transport."""
+    return [cls.queue() for cls in transports.installed().values()]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery configuration of this deployment."""
-    names = [queue_for(t) for t in TRANSPORTS] + [SWEEP_QUEUE]
+    names = [*delivery_queues(), SWEEP_QUEUE]
     queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
     return {
         "broker_url": settings.celery_broker_url,
@@ -52,7 +56,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "socket_connect_timeout": PUBLISH_TIMEOUT_S,
         },
         "task_queues": queues,
-        "task_default_queue": queue_for("inbox"),
+        "task_default_queue": SWEEP_QUEUE,
         "task_routes": {SWEEP_TASK: {"queue": SWEEP_QUEUE}},
         "task_serializer": "json",
         "accept_content": ["json"],

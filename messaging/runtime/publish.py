@@ -19,13 +19,7 @@ from celery import Celery
 from kombu.exceptions import ChannelError
 
 from messaging.config import Settings
-from messaging.runtime.celeryconf import (
-    DEFAULT_TASK_BATCH,
-    DELIVER_TASK,
-    TASK_BATCH,
-    celery_config,
-    queue_for,
-)
+from messaging.runtime.celeryconf import DELIVER_TASK, batch_size, celery_config, queue_for
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +49,13 @@ class Publisher:
         )
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
-        """Publish (project, transport, delivery) items, TASK_BATCH of a transport per task."""
+        """Publish (project, transport, delivery) items, a transport's batch size per task."""
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         tasks = 0
         for (project_id, transport), dids in groups.items():
-            size = TASK_BATCH.get(transport, DEFAULT_TASK_BATCH)
+            size = batch_size(transport)
             for start in range(0, len(dids), size):
                 self.publish(project_id, transport, dids[start : start + size])
                 tasks += 1

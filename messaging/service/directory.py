@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import base64
-import ipaddress
-import secrets
 from typing import Any
-from urllib.parse import urlsplit
 
 from messaging import ids
 from messaging.config import Settings, get_settings
-from messaging.errors import CourierError, invalid, not_found
+from messaging.errors import CourierError, not_found
 from messaging.models import AgentIn, PresenceIn, ProjectIn
 from messaging.service.caller import Caller
 from messaging.service.sending import Dispatcher
 from messaging.service.views import agent_row
 from messaging.store.store import Store
 from messaging.timefmt import now_us
+from workers import transports
 
 Json = dict[str, Any]
-
-WEBHOOK_SECRET_PREFIX = "whsec_"
-WEBHOOK_SECRET_BYTES = 32
 
 
 async def create_project(store: Store, caller: Caller, body: ProjectIn) -> Json:
@@ -61,46 +55,19 @@ async def require_project(store: Store, project_id: str) -> Json:
     return project
 
 
-def check_webhook_url(settings: Settings, url: str) -> None:
-    """Refuse a webhook URL outside ``COURIER_WEBHOOK_ALLOW``.
-
-    Raises:
-        CourierError: INVALID_ARGUMENT naming ``transport.url``.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise invalid("transport.url", "must be an http or https URL with a host")
-    host = parts.hostname.lower()
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    for allowed in settings.webhook_networks:
-        if isinstance(allowed, str):
-            if host == allowed:
-                return
-        elif address is not None and address.version == allowed.version and address in allowed:
-            return
-    raise invalid("transport.url", f"host {host} is outside COURIER_WEBHOOK_ALLOW")
-
-
 async def register_agent(
     store: Store, settings: Settings, caller: Caller, project_id: str, body: AgentIn
 ) -> Json:
     """Register an agent (a name may be registered again: latest wins).
 
     Raises:
-        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT for the webhook URL.
+        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT naming the transport field.
     """
     caller.require_project(project_id)
     await require_project(store, project_id)
-    transport = body.transport.model_dump(exclude_none=True)
-    if body.transport.kind == "webhook":
-        check_webhook_url(settings, body.transport.url)
-        if not body.transport.secret:
-            # Every webhook is signed: without a secret of its own, it gets one.
-            transport["secret"] = WEBHOOK_SECRET_PREFIX + base64.b64encode(
-                secrets.token_bytes(WEBHOOK_SECRET_BYTES)).decode()
+    # The transport's own settings model checks it (a webhook without a secret
+    # gets one); nothing is stored unless it passes.
+    transport = transports.validate(body.transport.model_dump(), settings)
     now = str(now_us())
     token = ids.new_token("cat")
     agent: Json = {
@@ -122,10 +89,9 @@ async def register_agent(
     }
     agent = await store.register_agent(agent, ids.token_hash(token))
     answer = {**agent_row(agent), "project_id": project_id, "token": token}
-    if transport["kind"] == "webhook":
-        # Shown once, like the token: the receiver needs it to check signatures.
-        answer["transport"] = {"kind": "webhook", "url": transport["url"],
-                               "secret": transport["secret"]}
+    # The settings as stored (a generated webhook secret included) are shown
+    # once, like the token: the receiver needs the secret to check signatures.
+    answer["transport"] = transport
     return answer
 
 

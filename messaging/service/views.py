@@ -26,14 +26,14 @@ def label(agent: Json) -> str:
 
 
 def transport_row(agent: Json) -> Json:
-    """An agent's transport without its secret; a webhook's with its endpoint health."""
+    """An agent's transport kind, never its settings (URLs, secrets); for transports that
+    reach out to an endpoint (all but the inbox), the endpoint's health."""
     kind = agent["transport"]["kind"]
-    if kind != "webhook":
+    if kind == "inbox":
         return {"kind": kind}
     endpoint = agent.get("endpoint") or {}
     held = int(endpoint.get("hold_until_ms") or 0)
-    return {"kind": kind, "url": agent["transport"]["url"],
-            "health": "unhealthy" if held else "healthy",
+    return {"kind": kind, "health": "unhealthy" if held else "healthy",
             "failures_in_a_row": int(endpoint.get("failures") or 0)}
 
 

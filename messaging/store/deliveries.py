@@ -104,58 +104,71 @@ class DeliveryStore:
                               sender_id, int(attempt), int(round_attempt), int(admitted)))
         return out
 
-    def deliver_inbox(self, project_id: str, leased: list[Leased]) -> int:
-        """Put leased deliveries in their inboxes and record ``accepted``; returns how many."""
+    def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
+        """Put leased deliveries in their inboxes (once each); False where the lease was lost."""
         if not leased:
-            return 0
-        script_keys = [keys.seq(project_id), keys.due(project_id), keys.stats(project_id)]
-        args = [str(now_us()), str(keys.EVENTS_MAXLEN)]
+            return []
+        script_keys = [keys.seq(project_id)]
+        args = [str(keys.EVENTS_MAXLEN)]
         for lease in leased:
-            args += [str(lease.fence), *latency(lease.admitted_us)]
+            args.append(str(lease.fence))
             script_keys += [keys.delivery(project_id, lease.delivery_id),
                             keys.inbox(project_id, lease.agent_id),
-                            keys.events(project_id, lease.agent_id),
-                            keys.events(project_id, lease.sender_id)]
-        return int(self.scripts.deliver_inbox(keys=script_keys, args=args))
+                            keys.events(project_id, lease.agent_id)]
+        return [bool(flag) for flag in self.scripts.put_inbox(keys=script_keys, args=args)]
+
+    def mark_handed_off(self, project_id: str, lease: Leased) -> bool:
+        """Mark that this lease's request is leaving; False when the lease was lost."""
+        return bool(self.scripts.mark_handed_off(
+            keys=[keys.delivery(project_id, lease.delivery_id)], args=[str(lease.fence)]))
 
     def load_for_send(
-        self, project_id: str, leased: list[Leased]
+        self, project_id: str, leased: list[Leased], with_message: bool = True
     ) -> list[tuple[Json | None, Json | None]]:
         """The (message record, recipient agent) of each leased delivery, one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for lease in leased:
-            pipe.hgetall(keys.message(project_id, lease.message_id))
+            if with_message:
+                pipe.hgetall(keys.message(project_id, lease.message_id))
             pipe.hget(keys.agents(project_id), lease.agent_id)
         raw = pipe.execute()
+        if not with_message:
+            return [(None, json.loads(agent) if agent else None) for agent in raw]
         out: list[tuple[Json | None, Json | None]] = []
         for i in range(0, len(raw), 2):
             record, agent = raw[i], raw[i + 1]
             out.append((dict(record) if record else None, json.loads(agent) if agent else None))
         return out
 
-    def record_outcome(self, project_id: str, lease: Leased, result: Result,
-                       health: EndpointHealth) -> bool:
-        """Record one attempt's outcome under its token; False when the lease was lost."""
-        return bool(self.scripts.record_outcome(
-            keys=[keys.due(project_id), keys.delivery(project_id, lease.delivery_id),
-                  keys.events(project_id, lease.sender_id), keys.agents(project_id),
-                  keys.stats(project_id)],
-            args=[str(lease.fence), str(now_us()), result.kind, str(result.retry_at_ms),
-                  result.error, "1" if result.displayed else "0", str(keys.EVENTS_MAXLEN),
-                  result.endpoint, str(health.failures), str(health.after_ms),
-                  str(health.probe_ms), str(now_ms()), *latency(lease.admitted_us)],
-        ))
+    def record_outcomes(self, project_id: str, recorded: list[tuple[Leased, Result]],
+                        health: EndpointHealth) -> list[bool]:
+        """Record attempts' outcomes, each under its token; False where the lease was lost."""
+        if not recorded:
+            return []
+        script_keys = [keys.due(project_id), keys.agents(project_id), keys.stats(project_id)]
+        args = [str(now_us()), str(keys.EVENTS_MAXLEN), str(health.failures),
+                str(health.after_ms), str(health.probe_ms), str(now_ms())]
+        for lease, result in recorded:
+            script_keys += [keys.delivery(project_id, lease.delivery_id),
+                            keys.events(project_id, lease.sender_id)]
+            args += [str(lease.fence), result.kind, str(result.retry_at_ms), result.error,
+                     "1" if result.displayed else "0", result.endpoint,
+                     *latency(lease.admitted_us)]
+        return [bool(flag) for flag in self.scripts.record_outcomes(keys=script_keys, args=args)]
 
-    def expire_lease(self, project_id: str, delivery_id: str, error: str) -> bool:
-        """Record ``unknown`` for a delivery whose non-idempotent lease ran out."""
+    def expire_lease(self, project_id: str, delivery_id: str, error_sent: str,
+                     error_not_sent: str) -> str:
+        """Record the outcome of a non-idempotent lease that ran out: ``unknown`` when its
+        request was handed off, ``failed`` when not; "" when the lease is valid or free."""
         sender_id, admitted_us = self.client.hmget(
             keys.delivery(project_id, delivery_id), ["sender_id", "admitted_us"])
-        return bool(self.scripts.expire_lease(
+        outcome = self.scripts.expire_lease(
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
                   keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],
-            args=[str(now_ms()), str(now_us()), error, str(keys.EVENTS_MAXLEN),
-                  *latency(int(admitted_us or 0))],
-        ))
+            args=[str(now_ms()), str(now_us()), error_sent, str(keys.EVENTS_MAXLEN),
+                  *latency(int(admitted_us or 0)), error_not_sent],
+        )
+        return outcome if isinstance(outcome, str) else ""
 
     def project_ids(self) -> list[str]:
         """Every project (the sweeper's round)."""

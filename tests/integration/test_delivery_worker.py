@@ -25,7 +25,7 @@ from messaging.config import Settings
 from messaging.runtime.celeryconf import DELIVER_TASK, celery_config, queue_for
 from messaging.service.sending import WARN_BROKER
 from messaging.store import keys
-from messaging.store.deliveries import DeliveryStore, Leased
+from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
 from tests.integration.conftest import Agent, Project
 from tests.stack import Proc, Stack, free_port, make_stack, wait_until
 
@@ -33,10 +33,12 @@ STAGES = ["admitted", "target_selected", "dispatch_started", "provider_result_re
           "delivery_observed"]
 # Long enough never to run out during a test; short enough to see expire.
 LEASE_MS = 60_000
+HEALTH = EndpointHealth(failures=5, after_ms=60_000, probe_ms=30_000)
 TINY_LEASE_MS = 50
 TASK_DONE = re.compile(
-    rf"Task {re.escape(DELIVER_TASK)}\[(?P<id>[^\]]+)\] succeeded in \S+: (?P<leased>\d+)"
+    rf"Task {re.escape(DELIVER_TASK)}\[(?P<id>[^\]]+)\] succeeded in \S+: '(?P<result>[^']*)'"
 )
+OUTCOME_COUNT = re.compile(r"(?:accepted|rejected|failed|unknown|retry|lease_lost) (\d+)")
 
 
 # helpers
@@ -80,9 +82,11 @@ def publish_deliver(stack: Stack, project_id: str, delivery_ids: list[str],
 
 
 def finished_tasks(*workers: Proc) -> dict[str, int]:
-    """Delivery tasks these workers finished: task id -> deliveries it leased."""
+    """Delivery tasks these workers finished: task id -> outcomes it recorded (its result
+    names them by kind)."""
     text = "".join(w.log.read_text(errors="replace") for w in workers)
-    return {m["id"]: int(m["leased"]) for m in TASK_DONE.finditer(text)}
+    return {m["id"]: sum(map(int, OUTCOME_COUNT.findall(m["result"])))
+            for m in TASK_DONE.finditer(text)}
 
 
 def workers_of(stack: Stack) -> list[Proc]:
@@ -156,7 +160,10 @@ class Parked:
         return self.store.lease(self.project_id, [self.delivery_id], lease_ms, idempotent)
 
     def deliver(self, *leased: Leased) -> int:
-        return self.store.deliver_inbox(self.project_id, list(leased))
+        """Put in the inbox and record ``accepted``, as the inbox transport's worker does."""
+        put = self.store.put_inbox(self.project_id, list(leased))
+        done = [(lease, Result("accepted")) for lease, ok in zip(leased, put, strict=True) if ok]
+        return sum(self.store.record_outcomes(self.project_id, done, HEALTH))
 
     def field(self, name: str) -> str | None:
         value: str | None = self.store.client.hget(

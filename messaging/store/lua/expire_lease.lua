@@ -1,7 +1,8 @@
 -- expire_lease: a non-idempotent transport's worker held the lease past its
--- end without recording an outcome (it died, or hangs). Whether the request
--- reached the receiver cannot be known: record `unknown`, never retry, and
--- raise the fence so the old holder can no longer record anything.
+-- end without recording an outcome (it died, or hangs). If its request was
+-- handed off (mark_handed_off), whether it reached the receiver cannot be
+-- known: record `unknown`. If not, nothing was sent: record `failed`. Never
+-- retry; raise the fence so the old holder can no longer record anything.
 --
 -- KEYS[1]  due     zset    delivery ids by due time (ms)
 -- KEYS[2]  dlv     hash    the delivery
@@ -10,25 +11,30 @@
 --
 -- ARGV[1]  now, ms (decimal string)
 -- ARGV[2]  now, us (decimal string)
--- ARGV[3]  error text for the attempt
+-- ARGV[3]  error text for the attempt when the request was handed off
 -- ARGV[4]  events stream cap (approximate MAXLEN)
 -- ARGV[5]  the stats field of this delivery's dispatch latency bucket
 -- ARGV[6]  its dispatch latency (admitted to outcome), ms
+-- ARGV[7]  error text for the attempt when nothing was handed off
 --
--- Returns 1 when recorded `unknown`, 0 when the lease is still valid or free.
+-- Returns "unknown" or "failed" as recorded, 0 when the lease is still valid or free.
 
 local d = redis.call("HMGET", KEYS[2], "fence", "lease_until_ms", "attempts", "id", "stage",
-  "message_id", "recipient")
+  "message_id", "recipient", "handed_off_fence")
 local lease = tonumber(d[2] or "0")
 if lease == 0 or lease >= tonumber(ARGV[1]) then
   return 0
 end
+local outcome, err = "unknown", ARGV[3]
+if d[8] ~= d[1] then
+  outcome, err = "failed", ARGV[7]
+end
 local attempts = cjson.decode(d[3])
 local last = attempts[#attempts]
 last.ended_us = ARGV[2]
-last.error = ARGV[3]
-last.outcome = "unknown"
-redis.call("HSET", KEYS[2], "fence", tonumber(d[1]) + 1, "outcome", "unknown",
+last.error = err
+last.outcome = outcome
+redis.call("HSET", KEYS[2], "fence", tonumber(d[1]) + 1, "outcome", outcome,
   "provider_result_recorded_us", ARGV[2], "lease_until_ms", 0,
   "attempts", cjson.encode(attempts))
 local stage = d[5]
@@ -37,10 +43,10 @@ if stage == "dispatch_started" then
   redis.call("HSET", KEYS[2], "stage", stage)
 end
 redis.call("ZREM", KEYS[1], d[4])
-redis.call("HINCRBY", KEYS[4], "outcome:unknown", 1)
+redis.call("HINCRBY", KEYS[4], "outcome:" .. outcome, 1)
 redis.call("HINCRBY", KEYS[4], ARGV[5], 1)
 redis.call("HINCRBY", KEYS[4], "dispatch_ms_sum", ARGV[6])
 redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
   "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
-    stage = stage, outcome = "unknown"}))
-return 1
+    stage = stage, outcome = outcome}))
+return outcome
