@@ -83,6 +83,11 @@ class CourierError(Exception):
         }
 
 
+def unauthenticated(message: str) -> CourierError:
+    """A 401 for a missing or unknown token, naming the scheme to use."""
+    return CourierError("UNAUTHENTICATED", message, headers={"WWW-Authenticate": "Bearer"})
+
+
 def not_found(what: str) -> CourierError:
     """A 404 for a thing the caller cannot see (missing or not theirs)."""
     return CourierError("NOT_FOUND", f"no {what} with that id is visible to this token")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from messaging import ids
-from messaging.errors import CourierError, forbidden
+from messaging.errors import forbidden, unauthenticated
 from messaging.store.store import Store
 
 
@@ -73,15 +73,14 @@ def bearer(header: str | None) -> str | None:
     return token
 
 
-async def authenticate(store: Store, operator_token: str, header: str | None) -> Caller:
+async def authenticate(store: Store, operator_token: str, token: str | None) -> Caller:
     """Resolve a bearer token to its caller.
 
     Raises:
         CourierError: UNAUTHENTICATED when the token is missing or unknown.
     """
-    token = bearer(header)
     if token is None:
-        raise CourierError("UNAUTHENTICATED", "send Authorization: Bearer <token>")
+        raise unauthenticated("send Authorization: Bearer <token>")
     if hmac.compare_digest(token.encode(), operator_token.encode()):
         return Caller(CallerKind.OPERATOR)
     scope = await store.token_scope(ids.token_hash(token))
@@ -92,4 +91,4 @@ async def authenticate(store: Store, operator_token: str, header: str | None) ->
         agent = await store.identity(scope["project_id"], scope["agent_id"])
         if agent is not None:
             return Caller(CallerKind.AGENT, scope["project_id"], scope["agent_id"])
-    raise CourierError("UNAUTHENTICATED", "unknown token")
+    raise unauthenticated("unknown token")

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from messaging import ids
 from messaging.config import Settings
-from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found
+from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found, unauthenticated
 from messaging.models import (
     NOTICE_ID_RE,
     SUBJECT_MAX,
@@ -177,7 +177,7 @@ async def send(
     _validate(settings, body)
     sender = await store.identity(project_id, sender_id)
     if sender is None:
-        raise CourierError("UNAUTHENTICATED", "unknown token")
+        raise unauthenticated("unknown token")
     _check_sender(body, sender)
     req = _canonical(body)
     if in_reply_to is not None:
@@ -261,7 +261,7 @@ async def _rejection(store: Store, project_id: str, answer: Json) -> CourierErro
             {"field": "notification_policy"},
         )
     if status == "sender_gone":
-        return CourierError("UNAUTHENTICATED", "unknown token")
+        return unauthenticated("unknown token")
     failures = answer["failures"]
     names = await store.agent_names(project_id)
     for f in failures:

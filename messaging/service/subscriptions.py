@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from messaging import ids
 from messaging.config import Settings
-from messaging.errors import CourierError, not_found
+from messaging.errors import CourierError, not_found, unauthenticated
 from messaging.models import (
     SendIn,
     SubscriptionIn,
@@ -142,7 +142,7 @@ async def subscribe(
     subscriber = await store.get_agent(project_id, subscriber_id)
     project = await store.get_project(project_id)
     if subscriber is None or project is None:
-        raise CourierError("UNAUTHENTICATED", "unknown token")
+        raise unauthenticated("unknown token")
     now = now_us()
     sent = None
     if body.message is not None:

@@ -25,8 +25,8 @@ from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.store.store import Store
 from messaging.web import metrics
 from messaging.web.deps import Services, ok
+from messaging.web.guard import Gate
 from messaging.web.mcp import MCP_PATH, mcp_app
-from messaging.web.ratelimit import RateLimiter
 from messaging.web.routes import deliveries, live, messages, ops, projects, search
 
 # JSON escapes may make a body up to six times its text; the rest is headroom.
@@ -105,8 +105,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
         publisher = BatchPublisher(Publisher(settings))
         publisher.start()
-        svc = Services(settings, Store.from_url(settings.store_url), publisher,
-                       settings.resolve_operator_token(), RateLimiter(settings.rate_limit_per_s))
+        store = Store.from_url(settings.store_url)
+        operator_token = settings.resolve_operator_token()
+        svc = Services(settings, store, publisher, operator_token,
+                       Gate(store, operator_token, settings.rate_limit_per_s))
         app.state.services = svc
         # What was loaded at start lives as long as the process: keep it out of
         # every collection, so a collection's pause stays short.

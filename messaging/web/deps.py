@@ -8,12 +8,13 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from messaging.config import Settings
 from messaging.runtime.publish import BatchPublisher
-from messaging.service.caller import Caller, authenticate, bearer
+from messaging.service.caller import Caller
 from messaging.store.store import Store
-from messaging.web.ratelimit import RateLimiter
+from messaging.web.guard import Gate, client_address
 
 
 @dataclass
@@ -24,7 +25,7 @@ class Services:
     store: Store
     publisher: BatchPublisher
     operator_token: str
-    limiter: RateLimiter
+    gate: Gate
 
 
 async def services(request: Request) -> Services:
@@ -33,14 +34,18 @@ async def services(request: Request) -> Services:
     return found
 
 
-async def caller(request: Request) -> Caller:
-    """The caller of this request, from its bearer token."""
+# Documents the scheme in the OpenAPI schema; the gate answers for a missing token.
+BEARER = HTTPBearer(auto_error=False, description="A Courier token: operator, project or agent.")
+
+
+async def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Caller:
+    """The caller of this request, admitted by the process's gate."""
     svc = await services(request)
-    header = request.headers.get("authorization")
-    token = bearer(header)
-    if token is not None:
-        svc.limiter.check(token)
-    return await authenticate(svc.store, svc.operator_token, header)
+    token = credentials.credentials if credentials else None
+    return await svc.gate.admit(token, client_address(request.scope))
 
 
 Svc = Annotated[Services, Depends(services)]

@@ -2,8 +2,8 @@
 
 Streamable HTTP (the official ``mcp`` SDK), stateless and with JSON answers, so
 any API process can serve any request. Every request carries the agent's
-bearer token; ``BearerAgent`` checks it with the same ``authenticate`` as the
-HTTP API and hands the caller to the tools through the request. Each tool is a
+bearer token; ``BearerAgent`` admits it through the same gate as the HTTP API
+(authentication, rate limits) and hands the caller to the tools through the request. Each tool is a
 thin wrapper over the service function of its HTTP twin and returns the same
 JSON (as text and as structured content); an error comes back as a tool error
 (``isError``) carrying the API's error object.
@@ -40,8 +40,10 @@ from messaging.models import (
 )
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
-from messaging.service.caller import Caller, authenticate
+from messaging.service.caller import Caller, bearer
 from messaging.store.store import Store
+from messaging.web import metrics
+from messaging.web.guard import Gate, client_address
 
 Json = dict[str, Any]
 
@@ -64,7 +66,7 @@ class Services(Protocol):
     settings: Settings
     store: Store
     publisher: BatchPublisher
-    operator_token: str
+    gate: Gate
 
 
 Call = Callable[[Services, Caller], Awaitable[Json]]
@@ -84,11 +86,10 @@ class BearerAgent:
         header = next((v.decode("latin-1") for k, v in scope["headers"]
                        if k == b"authorization"), None)
         try:
-            caller = await authenticate(svc.store, svc.operator_token, header)
+            caller = await svc.gate.admit(bearer(header), client_address(scope))
             project_id, agent_id = caller.require_agent()
         except CourierError as exc:
-            headers = {"WWW-Authenticate": "Bearer", **exc.headers}
-            await JSONResponse(exc.body(), exc.status, headers=headers)(scope, receive, send)
+            await JSONResponse(exc.body(), exc.status, headers=exc.headers)(scope, receive, send)
             return
         scope[CALLER_SCOPE_KEY] = caller
         # The SDK binds stateful sessions to this identity.
@@ -103,8 +104,11 @@ def _result(body: Json, *, error: bool = False) -> CallToolResult:
                           structured_content=body, is_error=error)
 
 
-async def run_tool(ctx: Context, call: Call) -> CallToolResult:
-    """Run one service call as the request's agent; its JSON, or its error as a tool error."""
+async def run_tool(ctx: Context, call: Call, *, sends: bool = False) -> CallToolResult:
+    """Run one service call as the request's agent; its JSON, or its error as a tool error.
+
+    A call that ``sends`` has its refusals counted among admissions, like a REST send.
+    """
     request: Any = ctx.request_context.request  # the HTTP request that carried this call
     scope = request.scope
     caller: Caller = scope[CALLER_SCOPE_KEY]
@@ -112,12 +116,15 @@ async def run_tool(ctx: Context, call: Call) -> CallToolResult:
     try:
         return _result(await call(svc, caller))
     except CourierError as exc:
-        return _result(exc.body(), error=True)
+        error = exc
     except ValidationError as exc:
         message, details = invalid_argument_details(exc.errors())
-        return _result(CourierError("INVALID_ARGUMENT", message, details).body(), error=True)
+        error = CourierError("INVALID_ARGUMENT", message, details)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-        return _result(store_unavailable().body(), error=True)
+        error = store_unavailable()
+    if sends:
+        metrics.count_admission(error.code)
+    return _result(error.body(), error=True)
 
 
 def _given(**fields: Any) -> Json:
@@ -135,7 +142,7 @@ def short_subject(text: str) -> str:
 
 
 def _sent(sent: sending.Sent) -> Json:
-    return sent.body
+    return metrics.count_sent(sent).body
 
 
 def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
@@ -164,7 +171,7 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
             body = SendIn.model_validate_json(json.dumps(fields))
             return _sent(await sending.send(svc.store, svc.settings, svc.publisher, who, body))
 
-        return await run_tool(ctx, call)
+        return await run_tool(ctx, call, sends=True)
 
     @server.tool(description="Reply to a message in its thread, to its sender "
                              "(POST /v1/messages/{id}/reply).")
@@ -183,7 +190,7 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
             return _sent(await sending.reply(svc.store, svc.settings, svc.publisher, who,
                                              message_id, body))
 
-        return await run_tool(ctx, call)
+        return await run_tool(ctx, call, sends=True)
 
     @server.tool(description="Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the "
                              "next_cursor of the last call back as cursor to get only what "
@@ -259,8 +266,8 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
 
         async def call(svc: Services, who: Caller) -> Json:
             body = SubscriptionIn.model_validate_json(json.dumps(fields))
-            return _sent(await subscriptions.subscribe(svc.store, svc.settings, svc.publisher,
-                                                       who, body))
+            made = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, body)
+            return made.body
 
         return await run_tool(ctx, call)
 
@@ -278,14 +285,14 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
             if notify_when_idle:
                 wanted = SubscriptionIn.model_validate_json(
                     json.dumps({"target": to, "message": fields}))
-                sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher,
-                                                    who, wanted)
+                sub = metrics.count_sent(await subscriptions.subscribe(
+                    svc.store, svc.settings, svc.publisher, who, wanted))
                 sent: Json = sub.body.pop("message")
                 return {**sent, "subscription": sub.body}
             body = SendIn.model_validate_json(json.dumps({**fields, "to": [to]}))
             return _sent(await sending.send(svc.store, svc.settings, svc.publisher, who, body))
 
-        return await run_tool(ctx, call)
+        return await run_tool(ctx, call, sends=True)
 
     @server.tool(description="Tell Courier whether you are busy, idle, exited or source_lost "
                              "(PUT /v1/agents/me/presence); going idle sends the idle notices "

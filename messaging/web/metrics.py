@@ -18,6 +18,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from messaging.service.sending import Sent
 from messaging.store import keys
 from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
@@ -93,5 +94,11 @@ def render(totals: dict[str, int], due: int, depths: dict[str, int]) -> bytes:
 def count_admission(outcome: str) -> None:
     """Count one answered send or reply."""
     ADMISSIONS.labels(outcome=outcome).inc()
+
+
+def count_sent(sent: Sent) -> Sent:
+    """Count one send or reply answered with success (201 new, 200 replayed); returns it."""
+    count_admission("replayed" if sent.status == 200 else "admitted")
+    return sent
 
 

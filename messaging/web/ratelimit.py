@@ -1,4 +1,4 @@
-"""Requests per second per token, a token bucket in each API process."""
+"""Requests per second per key (token hash, client address): token buckets per process."""
 
 from __future__ import annotations
 
@@ -6,40 +6,51 @@ import math
 import time
 from collections import OrderedDict
 
-from messaging import ids
 from messaging.errors import CourierError
 
 # Buckets kept at most; the least recently used are forgotten first.
-MAX_TOKENS_TRACKED = 50_000
+MAX_KEYS_TRACKED = 50_000
 
 
 class RateLimiter:
-    """Allows ``rate_per_s`` requests per token per second, bursts of one second's worth."""
+    """Allows ``rate_per_s`` requests per key per second, bursts of one second's worth."""
 
-    def __init__(self, rate_per_s: float) -> None:
+    def __init__(self, rate_per_s: float, what: str) -> None:
         self.rate = rate_per_s
+        self.what = what
         self.capacity = max(rate_per_s, 1.0)
         self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def check(self, token: str) -> None:
-        """Take one request from the token's bucket.
+    def _level(self, key: str, now: float) -> float:
+        level, last = self.buckets.get(key, (self.capacity, now))
+        return min(self.capacity, level + (now - last) * self.rate)
+
+    def exhausted(self, key: str) -> bool:
+        """True when the key's next request would be refused (nothing is taken)."""
+        return self.rate > 0 and self._level(key, time.monotonic()) < 1.0
+
+    def check(self, key: str) -> None:
+        """Take one request from the key's bucket.
 
         Raises:
             CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.
         """
         if self.rate <= 0:
             return
-        key = ids.token_hash(token)
         now = time.monotonic()
-        level, last = self.buckets.pop(key, (self.capacity, now))
-        level = min(self.capacity, level + (now - last) * self.rate)
+        level = self._level(key, now)
+        self.buckets.pop(key, None)
         if level < 1.0:
             self.buckets[key] = (level, now)
-            wait_s = math.ceil((1.0 - level) / self.rate)
-            raise CourierError(
-                "RATE_LIMITED", f"more than {self.rate:g} requests per second from this token",
-                {"retry_after_s": wait_s}, headers={"Retry-After": str(wait_s)},
-            )
+            raise self.refusal(level)
         self.buckets[key] = (level - 1.0, now)
-        if len(self.buckets) > MAX_TOKENS_TRACKED:
+        if len(self.buckets) > MAX_KEYS_TRACKED:
             self.buckets.popitem(last=False)
+
+    def refusal(self, level: float = 0.0) -> CourierError:
+        """The 429 of an empty bucket."""
+        wait_s = max(1, math.ceil((1.0 - level) / self.rate))
+        return CourierError(
+            "RATE_LIMITED", f"more than {self.rate:g} requests per second from this {self.what}",
+            {"retry_after_s": wait_s}, headers={"Retry-After": str(wait_s)},
+        )

@@ -11,25 +11,17 @@ from sse_starlette import EventSourceResponse
 from messaging.errors import not_found
 from messaging.models import SubscriptionIn
 from messaging.service import events, subscriptions
-from messaging.service.caller import Caller, authenticate
-from messaging.web.deps import Services
+from messaging.web.deps import Svc, Who
 
 router = APIRouter(tags=["live"])
 
 
-async def _services_and_caller(request: Request) -> tuple[Services, Caller]:
-    svc: Services = request.app.state.services
-    caller = await authenticate(svc.store, svc.operator_token, request.headers.get("authorization"))
-    return svc, caller
-
-
 @router.get("/v1/agents/me/events", response_model=None)
 async def agent_events(
-    request: Request,
+    request: Request, svc: Svc, who: Who,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """The caller's live events (Server-Sent Events), resumable with ``Last-Event-ID``."""
-    svc, who = await _services_and_caller(request)
     given = last_event_id or request.query_params.get("last_event_id")
     start = await events.start(svc.store, who, given)
     return EventSourceResponse(events.stream(svc.store, who, start),
@@ -38,17 +30,15 @@ async def agent_events(
 
 
 @router.post("/v1/subscriptions", status_code=201)
-async def create_subscription(body: SubscriptionIn, request: Request) -> JSONResponse:
+async def create_subscription(body: SubscriptionIn, svc: Svc, who: Who) -> JSONResponse:
     """One notice when the target next goes idle or exits, or when the time runs out."""
-    svc, who = await _services_and_caller(request)
     made = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, body)
     return JSONResponse(made.body, status_code=made.status)
 
 
 @router.get("/v1/subscriptions/{subscription_id}")
-async def get_subscription(subscription_id: str, request: Request) -> JSONResponse:
+async def get_subscription(subscription_id: str, svc: Svc, who: Who) -> JSONResponse:
     """One subscription, for its subscriber."""
-    svc, who = await _services_and_caller(request)
     project_id, agent_id = who.require_agent()
     found = await svc.store.live.get_subscription(project_id, subscription_id)
     if found is None or found["subscriber_id"] != agent_id:

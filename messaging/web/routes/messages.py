@@ -18,16 +18,16 @@ router = APIRouter(tags=["messages"])
 @router.post("/v1/messages", status_code=201)
 async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
     """Admit a message."""
-    sent = await sending.send(svc.store, svc.settings, svc.publisher, who, body)
-    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
+    sent = metrics.count_sent(await sending.send(svc.store, svc.settings, svc.publisher, who,
+                                                 body))
     return ok(sent.body, sent.status)
 
 
 @router.post("/v1/messages/{message_id}/reply", status_code=201)
 async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
     """Reply in the message's thread, to its sender."""
-    sent = await sending.reply(svc.store, svc.settings, svc.publisher, who, message_id, body)
-    metrics.count_admission("replayed" if sent.status == 200 else "admitted")
+    sent = metrics.count_sent(await sending.reply(svc.store, svc.settings, svc.publisher, who,
+                                                  message_id, body))
     return ok(sent.body, sent.status)
 
 

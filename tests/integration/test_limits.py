@@ -1,0 +1,169 @@
+"""One way in, limits on every face (API.md: Authentication, Operations/Limits).
+
+REST, the event stream, subscriptions and MCP admit their callers through the
+same gate: a token over its rate gets 429 on every face, requests without a
+valid token are limited per client address, and every 401 names the Bearer
+scheme.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Agent, Project
+from tests.stack import Stack, make_stack, wait_until
+
+RATE_PER_S = 5
+MCP_ACCEPT = "application/json, text/event-stream"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = make_stack(tmp_path_factory.mktemp("limited"), rate_limit_per_s=str(RATE_PER_S))
+    s.start_worker()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def lproject(limited: Stack) -> Iterator[Project]:
+    with limited.operator() as op:
+        p = op.create_project(f"/srv/{uuid.uuid4().hex}")
+    proj = Project(limited, p["project_id"], p["project_key"], p["token"])
+    yield proj
+    for c in proj.clients:
+        c.close()
+    time.sleep(1.1)  # the next test starts with full buckets
+
+
+def mcp_call(url: str, token: str | None, name: str, args: dict[str, Any],
+             n: int = 1) -> httpx.Response:
+    headers = {"Accept": MCP_ACCEPT}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.post(f"{url}/mcp", headers=headers, json={
+        "jsonrpc": "2.0", "id": n, "method": "tools/call",
+        "params": {"name": name, "arguments": args}})
+
+
+def burst(requests: list[tuple[str, str, dict[str, Any]]]) -> list[httpx.Response]:
+    """(method, url, httpx arguments) requests sent all at once, as a busy host would."""
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            return list(await asyncio.gather(*(http.request(method, url, **kw)
+                                               for method, url, kw in requests)))
+
+    return asyncio.run(run())
+
+
+def mcp_burst(url: str, token: str, calls: list[tuple[str, dict[str, Any]]]
+              ) -> list[httpx.Response]:
+    """Tool calls sent all at once."""
+    headers = {"Accept": MCP_ACCEPT, "Authorization": f"Bearer {token}"}
+    return burst([("POST", f"{url}/mcp", {"headers": headers, "json": {
+        "jsonrpc": "2.0", "id": n, "method": "tools/call",
+        "params": {"name": name, "arguments": args}}}) for n, (name, args) in enumerate(calls)])
+
+
+def _refused(responses: list[httpx.Response]) -> list[httpx.Response]:
+    limited = [r for r in responses if r.status_code == 429]
+    for r in limited:
+        assert r.json()["error"]["code"] == "RATE_LIMITED"
+        assert int(r.headers["retry-after"]) >= 1
+    return limited
+
+
+def _register(project: Project, name: str) -> Agent:
+    agent = project.agent(name)
+    time.sleep(1.1)  # registration spent from the project token, not the agent's
+    return agent
+
+
+def test_the_event_stream_and_subscriptions_are_rate_limited(lproject: Project):
+    bob = _register(lproject, "Bob")
+    http = bob.api.http
+    answers = [http.get(f"/v1/subscriptions/sub_{n}") for n in range(3 * RATE_PER_S)]
+    assert _refused(answers) and {r.status_code for r in answers} == {404, 429}
+    time.sleep(1.1)
+    answers = []
+    for _ in range(3 * RATE_PER_S):
+        with http.stream("GET", "/v1/agents/me/events") as response:
+            answers.append(response)
+            if response.status_code == 429:
+                response.read()
+    limited = _refused(answers)
+    assert limited and "per second" in limited[0].json()["error"]["message"]
+
+
+def test_mcp_tool_calls_are_rate_limited_like_rest_sends(lproject: Project):
+    alice, bob = _register(lproject, "Alice"), _register(lproject, "Bob")
+    url = lproject.stack.api_url
+    answers = mcp_burst(url, alice.row["token"], [
+        ("send_message", {"to": ["Bob"], "subject": f"n{n}", "body_md": "x"})
+        for n in range(4 * RATE_PER_S)])
+    limited = _refused(answers)
+    assert limited, [r.status_code for r in answers]
+    stored = sum(1 for r in answers if r.status_code == 200 and not r.json()["result"]["isError"])
+    assert stored == len(answers) - len(limited) < len(answers)
+    time.sleep(1.1)
+    wait_until(lambda: len(bob.api.inbox(limit=100)["messages"]) >= stored, what="the inbox")
+    time.sleep(0.5)
+    assert len(bob.api.inbox(limit=100)["messages"]) == stored
+
+
+def test_requests_without_a_valid_token_are_limited_per_address(lproject: Project):
+    url = lproject.stack.api_url
+    faces: dict[str, tuple[str, str, dict[str, Any]]] = {
+        "rest": ("GET", f"{url}/v1/agents/me/inbox", {"headers": {"Authorization": "Bearer x"}}),
+        "subscriptions": ("POST", f"{url}/v1/subscriptions", {"json": {"target": "Bob"}}),
+        "events": ("GET", f"{url}/v1/agents/me/events", {"headers": {"Authorization": "B x"}}),
+        "mcp": ("POST", f"{url}/mcp", {"headers": {"Authorization": "Bearer x",
+                                                   "Accept": MCP_ACCEPT},
+                                       "json": {"jsonrpc": "2.0", "id": 1,
+                                                "method": "tools/list"}}),
+    }
+    per_face = 2 * RATE_PER_S
+    answers = burst([request for request in faces.values() for _ in range(per_face)])
+    for n, face in enumerate(faces):
+        codes = {r.status_code for r in answers[n * per_face:(n + 1) * per_face]}
+        assert 429 in codes and codes <= {401, 429}, (face, codes)
+    assert _refused(answers)
+    # a valid token from the same address is not held back
+    ok = httpx.get(f"{url}/v1/projects/{lproject.project_id}/agents",
+                   headers={"Authorization": f"Bearer {lproject.token}"})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/agents/me/inbox"), ("POST", "/v1/messages"), ("GET", "/v1/agents/me/events"),
+    ("POST", "/v1/subscriptions"), ("POST", "/mcp")])
+def test_every_401_names_the_bearer_scheme(stack: Stack, method: str, path: str):
+    response = httpx.request(method, stack.api_url + path, json={},
+                             headers={"Authorization": "Bearer nope", "Accept": MCP_ACCEPT})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+def _admitted(stack: Stack) -> float:
+    text = httpx.get(stack.api_url + "/metrics").text
+    found = re.search(r'^courier_admissions_total\{outcome="admitted"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_mcp_sends_are_counted_in_admissions(project: Project):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    before = _admitted(project.stack)
+    for tool, args in [("send_message", {"to": ["Bob"], "subject": "s", "body_md": "x"}),
+                       ("send", {"to": "Bob", "message": "hello"})]:
+        answer = mcp_call(project.stack.api_url, alice.row["token"], tool, args)
+        assert answer.status_code == 200 and not answer.json()["result"]["isError"], answer.text
+    assert _admitted(project.stack) == before + 2
