@@ -25,10 +25,6 @@ class RateLimiter:
         level, last = self.buckets.get(key, (self.capacity, now))
         return min(self.capacity, level + (now - last) * self.rate)
 
-    def exhausted(self, key: str) -> bool:
-        """True when the key's next request would be refused (nothing is taken)."""
-        return self.rate > 0 and self._level(key, time.monotonic()) < 1.0
-
     def check(self, key: str) -> None:
         """Take one request from the key's bucket.
 
