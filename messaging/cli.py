@@ -13,18 +13,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from messaging import __version__
 from messaging.client import CourierAPIError, CourierClient, Event
 from messaging.config import get_settings
 
+# Help text is plain text: Rich markup would eat `Name [ref]` and `[default: ...]`.
 app = typer.Typer(help="Courier: Markdown messages between the agents of one project.",
-                  no_args_is_help=True, add_completion=False)
-project_app = typer.Typer(help="Projects (operator token).", no_args_is_help=True)
-agent_app = typer.Typer(help="Agents (project token).", no_args_is_help=True)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+project_app = typer.Typer(help="Projects (operator token).", no_args_is_help=True,
+                          rich_markup_mode=None)
+agent_app = typer.Typer(help="Agents (project token).", no_args_is_help=True,
+                        rich_markup_mode=None)
 app.add_typer(project_app, name="project")
 app.add_typer(agent_app, name="agent")
 
-out = Console()
-err = Console(stderr=True)
+# Lines are never broken by Rich: a token or id split over two lines cannot be copied.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 Url = Annotated[str | None, typer.Option("--url", envvar="COURIER_URL",
                                          help="API URL [default: from COURIER_HOST/PORT]")]
@@ -62,12 +67,54 @@ def _print_json(data: Any) -> None:
     out.print_json(json.dumps(data, ensure_ascii=False))
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"courier {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="print Courier's version and exit")] = False,
+) -> None:
+    """Courier: Markdown messages between the agents of one project."""
+
+
 @app.command()
 def up() -> None:
-    """Run store (embedded unless COURIER_REDIS_URL), API, workers, beat and Flower."""
+    """Run the Procfile: store (embedded unless COURIER_REDIS_URL), API, workers, beat, Flower."""
     from messaging.runtime.supervisor import run_up
 
     raise typer.Exit(run_up(get_settings()))
+
+
+@app.command("run")
+def run_process(
+    name: Annotated[str, typer.Argument(help="a process of the Procfile: api, beat, flower, ...")],
+) -> None:
+    """Run one process of the Procfile in the foreground (what each container runs)."""
+    from messaging.runtime import procfile
+
+    try:
+        procfile.exec_process(name)
+    except KeyError:
+        _fail(f"no process {name!r} in the Procfile; there are: "
+              + ", ".join(procfile.read()))
+
+
+def _operator_token(token: str | None) -> tuple[str, str]:
+    """The operator token to use, and where it came from; never creates one."""
+    if token:
+        return token, "--token or COURIER_OPERATOR_TOKEN"
+    settings = get_settings()
+    path = settings.operator_token_path.resolve()
+    found = settings.find_operator_token()
+    if found:
+        return found, str(path)
+    _fail(f"no operator token: none given, and no {path}.\n"
+          "The server keeps it in its data directory (`courier up` prints where). Pass it with "
+          "--token, set COURIER_OPERATOR_TOKEN, or set COURIER_DATA_DIR to that directory.")
 
 
 @project_app.command("create")
@@ -75,17 +122,26 @@ def project_create(
     project_key: Annotated[str, typer.Argument(help="absolute path of the checkout")],
     name: Annotated[str | None, typer.Option(help="a display name")] = None,
     url: Url = None,
-    token: Annotated[str | None, typer.Option("--token", envvar="COURIER_OPERATOR_TOKEN",
-                                              help="operator token [default: data dir]")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", envvar="COURIER_OPERATOR_TOKEN",
+        help="operator token [default: the operator-token file in COURIER_DATA_DIR]")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a project; prints its token (shown once)."""
-    token = token or get_settings().resolve_operator_token()
-    p = _call(url, token, CourierClient.create_project, str(Path(project_key)), name)
+    token, source = _operator_token(token)
+    try:
+        with CourierClient(_url(url), token) as client:
+            p = client.create_project(str(Path(project_key)), name)
+    except CourierAPIError as e:
+        hint = (f"\nthe operator token from {source} is not this server's: pass the one its "
+                "`courier up` printed") if e.status == 401 else ""
+        _fail(f"{e}{hint}")
+    except (httpx.TransportError, OSError) as e:
+        _fail(f"cannot reach {_url(url)}: {e}")
     if as_json:
         _print_json(p)
         return
-    out.print(f"project {p['project_id']} ({p['project_key']})")
+    out.print(f"project {p['project_id']} ({escape(p['project_key'])})")
     out.print(f"project token (shown once): {p['token']}")
 
 
@@ -112,6 +168,57 @@ def agent_register(
         return
     out.print(f"agent {escape(a['label'])} ({a['agent_id']})")
     out.print(f"agent token (shown once): {a['token']}")
+    if a["transport"].get("secret") and not secret:
+        out.print(f"webhook secret (shown once): {a['transport']['secret']}")
+
+
+def _agent_id(client: CourierClient, project_id: str, agent: str) -> str:
+    """An agent id from an id, a label `Name [ref]` or a name only one agent has."""
+    if agent.startswith("agt_"):
+        return agent
+    rows = client.list_agents(project_id)
+    by_label = [r for r in rows if r["label"] == agent]
+    by_name = [r for r in rows if r["name"] == agent]
+    found = by_label or by_name
+    if len(found) == 1:
+        return str(found[0]["agent_id"])
+    if not found:
+        _fail(f"no agent {agent!r} in {project_id}")
+    labels = ", ".join(r["label"] for r in found)
+    _fail(f"{len(found)} agents are named {agent!r} ({labels}): give the label or the agent id")
+
+
+def _set_status(url: str | None, token: str | None, project_id: str, agent: str,
+                status: str, as_json: bool) -> None:
+    def call(client: CourierClient) -> Any:
+        agent_id = _agent_id(client, project_id, agent)
+        if status == "retired":
+            return client.retire_agent(project_id, agent_id)
+        return client.close_agent(project_id, agent_id)
+
+    row = _call(url, token, call)
+    if as_json:
+        _print_json(row)
+        return
+    out.print(f"{escape(row['label'])} ({row['agent_id']}): {row['status']}")
+
+
+AgentArg = Annotated[str, typer.Argument(help="agent id, label 'Name [ref]', or a name one "
+                                              "agent has")]
+
+
+@agent_app.command("retire")
+def agent_retire(project_id: str, agent: AgentArg, url: Url = None, token: Token = None,
+                 as_json: AsJson = False) -> None:
+    """Retire an agent: no new mail for it, its history stays readable."""
+    _set_status(url, token, project_id, agent, "retired", as_json)
+
+
+@agent_app.command("close")
+def agent_close(project_id: str, agent: AgentArg, url: Url = None, token: Token = None,
+                as_json: AsJson = False) -> None:
+    """Close an agent: its conversation is gone for good; no new mail, history readable."""
+    _set_status(url, token, project_id, agent, "closed", as_json)
 
 
 @app.command()
@@ -121,7 +228,8 @@ def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJso
     if as_json:
         _print_json(rows)
         return
-    table = Table("agent", "status", "presence", "transport", "last active")
+    table = Table("agent", "status", "presence", "transport")
+    table.add_column("last active", no_wrap=True, min_width=len("2026-01-01T00:00:00.000000Z"))
     for r in rows:
         table.add_row(escape(r["label"]), r["status"], r["presence"], _transport(r["transport"]),
                       r["last_active_ts"])
@@ -227,9 +335,19 @@ def _read_body(body: str | None, body_file: Path | None) -> str:
         return body
     if body_file is not None:
         return body_file.read_text(encoding="utf-8")
-    if not sys.stdin.isatty():
-        return sys.stdin.read()
-    return ""
+    if sys.stdin.isatty():
+        _fail("no body: pass --body TEXT or --body-file PATH, or pipe the Markdown on stdin "
+              "(--body '' sends an empty one)")
+    return sys.stdin.read()
+
+
+def _print_sent(m: dict[str, Any]) -> None:
+    replay = " (replayed)" if m["idempotent_replay"] else ""
+    out.print(f"admitted {m['id']}{replay}")
+    for o in m["delivery"]["observations"]:
+        out.print(f"  delivery {o['delivery_id']} -> {escape(o['recipient'])} ({o['transport']})")
+    for w in m["delivery"]["warnings"]:
+        out.print(f"  [yellow]warning:[/yellow] {escape(w)}")
 
 
 @app.command()
@@ -249,16 +367,70 @@ def send(
     """Send a message as the agent of the token."""
     fields = {k: v for k, v in {"cc": cc, "importance": importance, "topic": topic,
                                 "idempotency_key": idempotency_key}.items() if v}
-    m = _call(url, token, CourierClient.send, to, subject, _read_body(body, body_file), **fields)
+    body_md = _read_body(body, body_file)
+    m = _call(url, token, CourierClient.send, to, subject, body_md, **fields)
     if as_json:
         _print_json(m)
         return
-    replay = " (replayed)" if m["idempotent_replay"] else ""
-    out.print(f"admitted {m['id']}{replay}")
-    for o in m["delivery"]["observations"]:
-        out.print(f"  delivery {o['delivery_id']} -> {escape(o['recipient'])} ({o['transport']})")
-    for w in m["delivery"]["warnings"]:
-        out.print(f"  [yellow]warning:[/yellow] {escape(w)}")
+    _print_sent(m)
+
+
+@app.command()
+def reply(
+    message_id: Annotated[str, typer.Argument(help="the message to answer (msg_...)")],
+    body: Annotated[str | None, typer.Option(help="Markdown body [default: stdin]")] = None,
+    body_file: Annotated[Path | None, typer.Option(help="read the body from a file")] = None,
+    importance: Annotated[str | None, typer.Option(help="low, normal, high, urgent "
+                                                        "[default: the message's]")] = None,
+    idempotency_key: Annotated[str | None, typer.Option()] = None,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Reply in the message's thread, to its sender."""
+    fields = {k: v for k, v in {"importance": importance,
+                                "idempotency_key": idempotency_key}.items() if v}
+    body_md = _read_body(body, body_file)
+    m = _call(url, token, CourierClient.reply, message_id, body_md, **fields)
+    if as_json:
+        _print_json(m)
+        return
+    _print_sent(m)
+
+
+def _mark(url: str | None, token: str | None, message_id: str, kind: str,
+          as_json: bool) -> None:
+    fn = CourierClient.mark_read if kind == "read" else CourierClient.acknowledge
+    row = _call(url, token, fn, message_id)
+    if as_json:
+        _print_json(row)
+        return
+    out.print(f"{row['message_id']}: read {row['read_ts'] or '-'}, "
+              f"acknowledged {row['ack_ts'] or '-'}")
+
+
+@app.command()
+def read(message_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Mark a received message read."""
+    _mark(url, token, message_id, "read", as_json)
+
+
+@app.command()
+def ack(message_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Acknowledge a received message (this also marks it read)."""
+    _mark(url, token, message_id, "ack", as_json)
+
+
+@app.command()
+def redrive(delivery_id: str, url: Url = None, token: Token = None,
+            as_json: AsJson = False) -> None:
+    """Send a delivery again on the same route, same delivery id (project token)."""
+    d = _call(url, token, CourierClient.redrive, delivery_id)
+    if as_json:
+        _print_json(d)
+        return
+    out.print(f"delivery {d['delivery_id']} to {escape(d['recipient'])} sent again "
+              f"over {d['transport']}")
 
 
 @app.command()
@@ -278,7 +450,8 @@ def inbox(
         return
     for m in page["messages"]:
         out.rule(escape(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
-        out.print(f"id {m['id']}  sent {m['created_ts']}  delivery {m['delivery_id']}")
+        out.print(f"id {m['id']}  sent {m['created_ts']}")
+        out.print(f"delivery {m['delivery_id']}")
         out.print(m["body_md"], markup=False, highlight=False)
     if not page["messages"]:
         out.print("no new messages")

@@ -270,6 +270,10 @@ class CourierClient:
             "deliveries"]
         return rows
 
+    def redrive(self, delivery_id: str) -> Json:
+        """Send a delivery again on the same route with the same id (project token)."""
+        return self.request("POST", f"/v1/deliveries/{delivery_id}/redrive")
+
     def observed(self, delivery_id: str) -> Json:
         """Tell Courier this agent's host showed the delivery."""
         return self.request("POST", f"/v1/deliveries/{delivery_id}/observed")

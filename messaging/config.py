@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -109,17 +110,42 @@ class Settings(BaseSettings):
                 out.append(item.lower())
         return out
 
-    def resolve_operator_token(self) -> str:
-        """The operator token: configured, or generated once into the data dir."""
+    @property
+    def operator_token_path(self) -> Path:
+        """Where the server keeps a generated operator token."""
+        return self.data_dir / OPERATOR_TOKEN_FILE
+
+    def find_operator_token(self) -> str | None:
+        """The operator token if configured or already in the data dir; never creates one."""
         if self.operator_token:
             return self.operator_token
-        path = self.data_dir / OPERATOR_TOKEN_FILE
-        if path.exists():
-            return path.read_text().strip()
+        try:
+            return self.operator_token_path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def resolve_operator_token(self) -> str:
+        """The server's operator token: configured, or generated once into the data dir.
+
+        Only the server calls this: a client that wrote a token would hold one
+        no server knows.
+        """
+        found = self.find_operator_token()
+        if found:
+            return found
         self.data_dir.mkdir(parents=True, exist_ok=True)
         token = "cop_" + secrets.token_urlsafe(32)
-        path.write_text(token + "\n")
-        path.chmod(0o600)
+        draft = self.data_dir / f".{OPERATOR_TOKEN_FILE}.{os.getpid()}"
+        with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(token + "\n")
+        try:
+            # A hard link appears whole or not at all: of two processes starting
+            # together, one writes the token and both read that one.
+            os.link(draft, self.operator_token_path)
+        except FileExistsError:
+            return self.operator_token_path.read_text().strip()
+        finally:
+            draft.unlink()
         return token
 
 

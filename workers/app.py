@@ -14,3 +14,6 @@ try:
     app.conf.update(celery_config(get_settings()))
 except SettingsError as exc:  # say why in one line, not with a traceback
     sys.exit(f"courier worker cannot start: {exc}")
+# Beat keeps its schedule in the data dir (the Procfile's `beat -s`): under a
+# Procfile runner nothing else may have created it yet.
+get_settings().data_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ data dir. Layout of the data dir::
     <data_dir>/store-url     the running server's URL, removed on stop
 
 ``python -m messaging.runtime.embedded`` runs the store from the settings until
-SIGINT or SIGTERM (the Procfile's ``store`` process).
+SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
+set there is none to run: it then waits idle for the signal, so that a Procfile
+runner (honcho stops everything when one process exits) keeps the rest up.
 """
 
 from __future__ import annotations
@@ -269,11 +271,12 @@ def main() -> int:
     from messaging.runtime.supervisor import stop_signals  # the supervisor imports this module
 
     settings = get_settings()
-    if not settings.embedded:
-        print("COURIER_REDIS_URL is set: there is no embedded store to run", file=sys.stderr)
-        return 2
-    store = EmbeddedStore(settings.data_dir, settings.embedded_port)
     with stop_signals() as stopping:
+        if not settings.embedded:
+            print("store: COURIER_REDIS_URL is set, the store runs elsewhere; idle", flush=True)
+            stopping.wait()
+            return 0
+        store = EmbeddedStore(settings.data_dir, settings.embedded_port)
         try:
             store.start()
         except EmbeddedStoreError as exc:

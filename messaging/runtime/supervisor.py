@@ -1,12 +1,12 @@
-"""``courier up``: the store and the Procfile's processes, in the foreground, on one machine.
+"""``courier up``: the Procfile's processes, in the foreground, on one machine.
 
-Order of things: the embedded store starts first (or, with ``COURIER_REDIS_URL``
-set, the configured store must answer), then every process of
-:func:`process_table`, each in a session of its own so that a Ctrl-C reaches
-only this supervisor, which then stops the children (SIGTERM, a grace period,
-SIGKILL) and the store last. Children's output comes back line by line,
-prefixed with their name. If any child or the store exits on its own, all the
-rest are stopped and ``run_up`` returns 1, naming the one that died.
+Order of things: the Procfile's ``store`` starts first and must answer (with
+``COURIER_REDIS_URL`` set it is not run: the configured store must answer),
+then every other process of the Procfile, each in a session of its own so that
+a Ctrl-C reaches only this supervisor, which then stops the children (SIGTERM,
+a grace period, SIGKILL) and the store last. Children's output comes back line
+by line, prefixed with their name. If any child or the store exits on its own,
+all the rest are stopped and ``run_up`` returns 1, naming the one that died.
 """
 
 from __future__ import annotations
@@ -25,40 +25,29 @@ from typing import IO, cast
 
 import redis
 
-from messaging.config import OPERATOR_TOKEN_FILE, Settings, SettingsError
-from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from messaging.config import Settings, SettingsError
+from messaging.runtime import procfile
+from messaging.runtime.embedded import wait_ready
 from messaging.store.connect import StoreUrlError
 
 API_APP = "messaging.web.app:app"
 CELERY_APP = "workers.app"
-BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 STORE_START_TIMEOUT_S = 10.0
+# How long one readiness probe of a starting store waits before checking the child.
+STORE_PROBE_S = 0.5
 # A worker's warm shutdown waits for running tasks, and a webhook may take its timeout.
 CHILD_STOP_TIMEOUT_S = 15.0
 WATCH_INTERVAL_S = 0.2
 READER_JOIN_TIMEOUT_S = 1.0
 SUPERVISOR_NAME = "courier"
-STORE_NAME = "store"
 COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")
 
 
 def process_table(settings: Settings) -> dict[str, list[str]]:
-    """The command of each Procfile process but the store, run by this interpreter."""
-    python = sys.executable
-    celery = [python, "-m", "celery", "-A", CELERY_APP]
-    return {
-        "api": [python, "-m", "uvicorn", API_APP,
-                "--host", settings.host, "--port", str(settings.port)],
-        "worker-inbox": [*celery, "worker", "-E", "-Q", "deliver.inbox,courier.sweep",
-                         "-n", "inbox@%h", "-c", "2", "--loglevel", "INFO"],
-        "worker-webhook": [*celery, "worker", "-E", "-Q", "deliver.webhook",
-                           "-n", "webhook@%h", "-c", "2", "--prefetch-multiplier", "1",
-                           "--loglevel", "INFO"],
-        "beat": [*celery, "beat", "-s", str(settings.data_dir / BEAT_SCHEDULE_FILE),
-                 "--loglevel", "INFO"],
-        "flower": [*celery, "flower", f"--address={settings.flower_host}",
-                   f"--port={settings.flower_port}"],
-    }  # fmt: skip
+    """The Procfile's processes but the store, as run in the children's environment."""
+    table = procfile.commands(child_env(settings))
+    table.pop(procfile.STORE, None)
+    return table
 
 
 def child_env(settings: Settings) -> dict[str, str]:
@@ -141,51 +130,56 @@ def spawn(name: str, command: list[str], env: dict[str, str], out: Output) -> Ch
 def run_up(settings: Settings) -> int:
     """Run the store and every process until Ctrl-C or SIGTERM (0) or one of them dies (1)."""
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
-    table = process_table(settings)
-    out = Output([SUPERVISOR_NAME, STORE_NAME, *table])
+    env = child_env(settings)
+    table = procfile.commands(env)
+    store_command = table.pop(procfile.STORE, None)
+    out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
     try:
         settings.celery_broker_url  # noqa: B018 - raises when no broker can be used
     except SettingsError as exc:
         out.line(SUPERVISOR_NAME, f"cannot start: {exc}")
         return 2
-    store = EmbeddedStore(settings.data_dir, settings.embedded_port) if settings.embedded else None
+    store: Child | None = None
     children: list[Child] = []
     with stop_signals() as stopping:
         try:
-            if not _start_store(store, settings, out):
+            if settings.embedded and store_command:
+                store = spawn(procfile.STORE, store_command, env, out)
+            if not _store_ready(store, settings, out):
                 return 1
             _announce(settings, out)
-            env = child_env(settings)
             children = [spawn(name, command, env, out) for name, command in table.items()]
-            return _watch(children, store, stopping, out)
+            return _watch([*children, *([store] if store else [])], stopping, out)
         finally:
             _stop_children(children, out)
             if store is not None:
-                store.stop()
-                out.line(STORE_NAME, "stopped")
+                _stop_children([store], out)  # last: the others may still write to it
 
 
-def _start_store(store: EmbeddedStore | None, settings: Settings, out: Output) -> bool:
-    """Start the embedded store, or check that the configured one answers."""
-    try:
-        if store is None:
-            wait_ready(settings.store_url, STORE_START_TIMEOUT_S)
-            out.line(STORE_NAME, f"using {_redacted(settings.store_url)}")
-        else:
-            store.start(STORE_START_TIMEOUT_S)
-            out.line(
-                STORE_NAME,
-                f"valkey at {store.url}, data in {store.store_dir}, log in {store.log_path}",
-            )
-    except (EmbeddedStoreError, TimeoutError, StoreUrlError, redis.RedisError) as exc:
-        out.line(SUPERVISOR_NAME, str(exc))
-        return False
-    return True
+def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
+    """Wait until the store answers; False if it exits or stays silent too long."""
+    if store is None:
+        out.line(procfile.STORE, f"using {_redacted(settings.store_url)}")
+    deadline = time.monotonic() + STORE_START_TIMEOUT_S
+    while True:
+        if store is not None and (code := store.proc.poll()) is not None:
+            out.line(SUPERVISOR_NAME, f"the store exited (code {code}) before it answered")
+            return False
+        try:
+            wait_ready(settings.store_url, STORE_PROBE_S)
+            return True
+        except TimeoutError as exc:
+            if time.monotonic() >= deadline:
+                out.line(SUPERVISOR_NAME, str(exc))
+                return False
+        except (StoreUrlError, redis.RedisError) as exc:
+            out.line(SUPERVISOR_NAME, f"the store at {_redacted(settings.store_url)}: {exc}")
+            return False
 
 
 def _announce(settings: Settings, out: Output) -> None:
     """Print where the API and Flower answer, and where the operator token is."""
-    token_path = settings.data_dir / OPERATOR_TOKEN_FILE
+    token_path = settings.operator_token_path
     existed = token_path.exists()
     token = settings.resolve_operator_token()
     out.line(SUPERVISOR_NAME, f"API:    {_http_url(settings.host, settings.port)}")
@@ -198,10 +192,8 @@ def _announce(settings: Settings, out: Output) -> None:
         out.line(SUPERVISOR_NAME, f"operator token: {token} (new, kept in {token_path})")
 
 
-def _watch(
-    children: list[Child], store: EmbeddedStore | None, stopping: threading.Event, out: Output
-) -> int:
-    """Wait for a stop signal (0) or for a child or the store to exit on its own (1)."""
+def _watch(children: list[Child], stopping: threading.Event, out: Output) -> int:
+    """Wait for a stop signal (0) or for a child to exit on its own (1)."""
     while not stopping.wait(WATCH_INTERVAL_S):
         for child in children:
             code = child.proc.poll()
@@ -211,13 +203,6 @@ def _watch(
                     f"{child.name} exited unexpectedly (code {code}); stopping everything",
                 )
                 return 1
-        if store is not None and (code := store.poll()) is not None:
-            out.line(
-                SUPERVISOR_NAME,
-                f"the store exited unexpectedly (code {code});"
-                f" see {store.log_path}; stopping everything",
-            )
-            return 1
     out.line(SUPERVISOR_NAME, "stopping")
     return 0
 

@@ -1,4 +1,4 @@
-"""The ``courier`` command against real processes: up, send, inbox, delivery."""
+"""The ``courier`` command against real processes: up, send, reply, inbox, delivery, agents."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import httpx
@@ -19,12 +20,102 @@ from tests.stack import ROOT, free_port, wait_until
 COURIER = [sys.executable, "-m", "messaging.cli"]
 
 
-def courier(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
+def courier(*args: str, env: dict[str, str], stdin: str | None = None,
+            cwd: Path = ROOT) -> str:
     """Run one ``courier`` command; its stdout (fails the test on a non-zero exit)."""
     done = subprocess.run([*COURIER, *args], input=stdin, capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60)
+                          env=env, cwd=cwd, timeout=60)
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout
+
+
+def client_env(project: Project, **extra: str) -> dict[str, str]:
+    """The environment of a person's terminal: no COURIER_* but the API's URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    return {**env, "COURIER_URL": project.stack.api_url, "COLUMNS": "80", **extra}
+
+
+def test_project_create_elsewhere_reads_the_servers_token_from_its_data_dir(
+    project: Project, tmp_path: Path
+):
+    data_dir = tmp_path / "server-data"
+    data_dir.mkdir()
+    (data_dir / "operator-token").write_text(project.stack.operator_token + "\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = client_env(project, COURIER_DATA_DIR=str(data_dir))
+    shown = courier("project", "create", f"/srv/{uuid.uuid4().hex}", env=env, cwd=elsewhere)
+    assert re.search(r"project token \(shown once\): \S{20,}", shown), shown
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_project_create_with_a_token_that_is_not_the_servers_explains_and_writes_nothing(
+    project: Project, tmp_path: Path
+):
+    done = subprocess.run([*COURIER, "project", "create", "/srv/x", "--token", "cop_wrong"],
+                          capture_output=True, text=True, env=client_env(project), cwd=tmp_path,
+                          timeout=60)
+    assert done.returncode == 1
+    assert "UNAUTHENTICATED" in done.stderr and "not this server's" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_agent_register_with_a_webhook_prints_the_generated_secret(project: Project):
+    shown = courier("agent", "register", project.project_id, "Hook", "--webhook",
+                    "http://127.0.0.1:9/hook", "--token", project.token, env=client_env(project))
+    secret = re.search(r"webhook secret \(shown once\): (whsec_\S+)", shown)
+    assert secret, shown
+    assert re.search(r"agent token \(shown once\): \S{20,}", shown), shown
+
+
+def test_reply_read_ack_redrive_retire_and_close_commands(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    env = client_env(project)
+    sent = alice.api.send(["Bob"], "Plan", "the plan")
+    wait_until(lambda: bob.api.inbox()["messages"], what="Bob's copy")
+
+    replied = courier("reply", sent["id"], "--token", bob.row["token"], env=env,
+                      stdin="looks good\n")
+    assert re.search(r"admitted msg_\S+", replied), replied
+    answer = wait_until(lambda: alice.api.inbox()["messages"], what="the reply")[0]
+    assert answer["subject"] == "Re: Plan" and answer["body_md"] == "looks good\n"
+
+    read = courier("read", sent["id"], "--token", bob.row["token"], env=env)
+    assert f"{sent['id']}: read 20" in read and "acknowledged -" in read
+    acked = courier("ack", sent["id"], "--token", bob.row["token"], env=env)
+    assert "acknowledged 20" in acked
+
+    # An accepted delivery is not sent again: the command says why, with the code.
+    delivery_id = sent["delivery"]["observations"][0]["delivery_id"]
+    refused = subprocess.run([*COURIER, "redrive", delivery_id, "--token", project.token],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert refused.returncode == 1
+    assert "409 DELIVERY_NOT_REDRIVABLE" in refused.stderr and delivery_id in refused.stderr
+
+    retired = courier("agent", "retire", project.project_id, "Bob", "--token", project.token,
+                      env=env)
+    assert f"{bob.label} ({bob.id}): retired" in retired
+    closed = courier("agent", "close", project.project_id, alice.label, "--token",
+                     project.token, env=env)
+    assert f"{alice.label} ({alice.id}): closed" in closed
+    rows = {r["agent_id"]: r["status"] for r in project.admin.list_agents(project.project_id)}
+    assert rows == {alice.id: "closed", bob.id: "retired"}
+
+
+def test_agents_and_inbox_keep_timestamps_and_ids_whole_at_80_columns(project: Project):
+    alice = project.agent("A long agent name for narrow terminals")
+    bob = project.agent("Bob")
+    sent = alice.api.send(["Bob"], "A subject long enough to fill a good part of the line",
+                          "body")
+    env = client_env(project)
+    page = wait_until(lambda: bob.api.inbox()["messages"], what="the message")
+    shown = courier("inbox", "--token", bob.row["token"], env=env)
+    for whole in (sent["id"], page[0]["delivery_id"], page[0]["created_ts"]):
+        assert whole in shown, f"{whole} cut in:\n{shown}"
+    table = courier("agents", project.project_id, "--token", project.token, env=env)
+    for row in project.admin.list_agents(project.project_id):
+        assert row["last_active_ts"] in table, f"{row['last_active_ts']} cut in:\n{table}"
+    assert max(map(len, table.splitlines())) <= 80
 
 
 def test_send_inbox_and_delivery_commands_show_the_message_and_its_stages(project: Project):
@@ -80,6 +171,13 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     return output
 
 
+def _flower_up(url: str) -> bool:
+    try:
+        return httpx.get(url + "healthcheck", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(url + "/readyz", timeout=1).status_code == 200
@@ -104,7 +202,10 @@ def test_courier_up_runs_the_stack_stops_on_ctrl_c_and_keeps_data(tmp_path: Path
         with CourierClient(url, alice["token"]) as a, CourierClient(url, bob["token"]) as b:
             sent = a.send(["Bob"], "Hello", "from up")
             wait_until(lambda: b.inbox()["messages"], 30, what="delivery under courier up")
-        assert httpx.get(f"http://127.0.0.1:{ports['flower']}/", timeout=5).status_code == 200
+        flower = f"http://127.0.0.1:{ports['flower']}/"
+        wait_until(lambda: _flower_up(flower), 60, 0.2, "Flower")
+        assert httpx.get(flower, timeout=5).status_code == 401
+        assert httpx.get(flower, auth=("operator", operator), timeout=5).status_code == 200
     finally:
         output = _stop(proc)
     assert proc.returncode == 0, output[-3000:]

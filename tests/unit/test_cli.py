@@ -1,0 +1,77 @@
+"""The ``courier`` command without a server: help text, version, refusals before any call."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from messaging.cli import app
+from messaging.config import get_settings
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No COURIER_* from outside, an empty working directory, settings read afresh."""
+    for key in [key for key in os.environ if key.startswith("COURIER_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_help_keeps_bracketed_text_and_defaults() -> None:
+    shown = runner.invoke(app, ["notify-when-idle", "--help"], env={"COLUMNS": "200"}).output
+    assert "Name or 'Name [ref]' of the agent" in shown
+    assert "[default: 3600]" in shown
+    assert "[default: from COURIER_HOST/PORT]" in shown
+
+
+def test_version_is_the_installed_distributions() -> None:
+    done = runner.invoke(app, ["--version"])
+    assert done.exit_code == 0
+    assert done.output.strip() == f"courier {version('agent-courier')}"
+
+
+def test_project_create_without_a_token_says_how_to_pass_one_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    done = runner.invoke(app, ["project", "create", "/srv/app", "--url", "http://127.0.0.1:9"])
+    assert done.exit_code == 1
+    for way in ("--token", "COURIER_OPERATOR_TOKEN", "COURIER_DATA_DIR"):
+        assert way in done.output, done.output
+    assert list(tmp_path.iterdir()) == []  # no .courier/operator-token minted here
+
+
+def test_run_names_the_procfile_processes_when_asked_for_an_unknown_one() -> None:
+    done = runner.invoke(app, ["run", "nope"])
+    assert done.exit_code == 1
+    assert "no process 'nope'" in done.output and "api" in done.output
+
+
+def test_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty() -> None:
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "messaging.cli", "send", "--to", "Bob", "--subject", "hi",
+             "--token", "agt_x", "--url", "http://127.0.0.1:9"],
+            stdin=terminal, capture_output=True, text=True, cwd=ROOT, timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert done.returncode == 1
+    assert "no body" in done.stderr and "--body" in done.stderr
+    assert "cannot reach" not in done.stderr  # refused before any request
