@@ -16,7 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, store_unavailable
@@ -24,36 +23,15 @@ from messaging.models import field_path
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.store.store import Store
 from messaging.web import metrics
-from messaging.web.deps import Services, ok
+from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
+from messaging.web.deps import Services
 from messaging.web.guard import Gate
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.routes import deliveries, live, messages, ops, projects, search
 
-# JSON escapes may make a body up to six times its text; the rest is headroom.
-REQUEST_BYTES_FACTOR = 6
-REQUEST_BYTES_HEADROOM = 64 * 1024
-
 # Errors raised by the framework itself (unknown route, undecodable body), in our shape.
 FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
                    413: "BODY_TOO_LARGE", 422: "INVALID_ARGUMENT"}
-
-
-class BodyLimit:
-    """Refuses a request body far larger than the largest message allowed."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for name, value in scope["headers"]:
-                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                    err = CourierError("BODY_TOO_LARGE", "the request body is too large",
-                                       {"max_bytes": self.max_bytes})
-                    await ok(err.body(), err.status)(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
 
 
 def _is_send(request: Request) -> bool:
@@ -124,8 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # MCP is an ASGI app of its own, declared beside the routers.
     mcp_route = Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app = FastAPI(title="Courier", version="1", lifespan=lifespan, routes=[mcp_route])
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes * REQUEST_BYTES_FACTOR
-                       + REQUEST_BYTES_HEADROOM)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)
