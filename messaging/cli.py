@@ -82,11 +82,17 @@ def _main(
 
 
 @app.command()
-def up() -> None:
+def up(
+    log_tasks: Annotated[bool, typer.Option(
+        "--log-tasks", help="a log line per task and per request (COURIER_LOG_TASKS)")] = False,
+) -> None:
     """Run the Procfile: store (embedded unless COURIER_REDIS_URL), API, workers, beat, Flower."""
     from messaging.runtime.supervisor import run_up
 
-    raise typer.Exit(run_up(get_settings()))
+    settings = get_settings()
+    if log_tasks:
+        settings = settings.model_copy(update={"log_tasks": True})
+    raise typer.Exit(run_up(settings))
 
 
 @app.command("run")
@@ -503,6 +509,39 @@ def search(
         out.print("nothing found")
     if page["next_cursor"]:
         out.print(f"more: --cursor {page['next_cursor']}")
+
+
+@app.command("archive")
+def archive_read(
+    project_id: Annotated[str, typer.Argument(help="the project id (prj_...)")],
+    day: Annotated[str | None, typer.Option(
+        "--day", help="UTC day of admission, YYYY-MM-DD [default: list the days]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON line per message")] = False,
+) -> None:
+    """Read the archive of removed messages (COURIER_ARCHIVE_DIR or the data dir's)."""
+    from messaging.service import archive
+
+    root = get_settings().archive_root
+    try:
+        if day is None:
+            for found in archive.days(root, project_id):
+                out.print(found)
+            return
+        messages = archive.read(root, project_id, day)
+    except FileNotFoundError:
+        _fail(f"nothing archived for {project_id} on {day} under {root}")
+    except ValueError as e:
+        _fail(str(e))
+    for m in messages:
+        if as_json:
+            print(json.dumps(m, ensure_ascii=False))
+            continue
+        out.print(f"[bold]{m['created_ts']}[/bold] {escape(m['from'])} -> "
+                  f"{escape(', '.join(m['to'] + m['cc'] + m['bcc']))}: {escape(m['subject'])}"
+                  f"  ({m['id']}, thread {m['thread_id']})")
+        for d in m["deliveries"]:
+            out.print(f"    {escape(d['recipient'])}: {d['stage']}, outcome "
+                      f"{d['outcome'] or '-'}, read {d.get('read_ts') or '-'}")
 
 
 def main() -> None:

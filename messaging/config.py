@@ -62,6 +62,16 @@ class Settings(BaseSettings):
     webhook_probe_interval_s: float = Field(default=30.0, gt=0)
     # How long a worker owns an inbox delivery before another may finish it.
     inbox_lease_s: float = Field(default=30.0, gt=0)
+    # Final messages idle this long are archived and removed (0 keeps everything).
+    retention_days: float = Field(default=30.0, ge=0)
+    # Where the archive goes; unset: <data_dir>/archive.
+    archive_dir: Path | None = None
+    # How often beat runs the retention round.
+    retention_interval_s: float = Field(default=60.0, gt=0)
+    # One log line per Celery task and per HTTP request (off: warnings and errors only).
+    log_tasks: bool = False
+    # Tasks Flower keeps in memory (about 6 KB each).
+    flower_max_tasks: int = Field(default=10_000, ge=100)
 
     @field_validator("webhook_retry_schedule_s")
     @classmethod
@@ -75,6 +85,16 @@ class Settings(BaseSettings):
         if self.redis_url:
             return self.redis_url
         return f"redis://127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def retention_s(self) -> float:
+        """The retention period in seconds (0: keep everything)."""
+        return self.retention_days * 86_400
+
+    @property
+    def archive_root(self) -> Path:
+        """The archive's directory."""
+        return self.archive_dir or self.data_dir / "archive"
 
     @property
     def celery_broker_url(self) -> str:

@@ -6,11 +6,12 @@
      ├── status 404  NOT_FOUND
      ├── status 409  PROJECT_EXISTS, IDEMPOTENCY_KEY_CONFLICT, IDEMPOTENCY_KEY_IN_USE,
      │               DELIVERY_NOT_REDRIVABLE
+     ├── status 410  ARCHIVED
      ├── status 413  BODY_TOO_LARGE
      ├── status 422  INVALID_ARGUMENT, RECIPIENT_*, BOUND_SOURCE_LOST,
      │               QUIET_NOT_ALLOWED, RESOURCE_NOTICE_INVALID
      ├── status 429  RATE_LIMITED
-     └── status 503  STORE_UNAVAILABLE
+     └── status 503  STORE_UNAVAILABLE, STORE_FULL
 
 Foreign exceptions (redis, pydantic) are turned into these at the API boundary.
 """
@@ -28,6 +29,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "IDEMPOTENCY_KEY_CONFLICT": 409,
     "IDEMPOTENCY_KEY_IN_USE": 409,
     "DELIVERY_NOT_REDRIVABLE": 409,
+    "ARCHIVED": 410,
     "BODY_TOO_LARGE": 413,
     "INVALID_ARGUMENT": 422,
     "RECIPIENT_NOT_FOUND": 422,
@@ -38,6 +40,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "RESOURCE_NOTICE_INVALID": 422,
     "RATE_LIMITED": 429,
     "STORE_UNAVAILABLE": 503,
+    "STORE_FULL": 503,
 }
 
 # Recipient failures, in the order that picks the error code of a failed send.
@@ -107,4 +110,13 @@ def store_unavailable() -> CourierError:
     """A 503 for a store that could not be reached; nothing was written."""
     return CourierError(
         "STORE_UNAVAILABLE", "the store could not be reached; nothing was stored, retry later"
+    )
+
+
+def store_full() -> CourierError:
+    """A 503 for a store out of memory (``noeviction``): nothing was written."""
+    return CourierError(
+        "STORE_FULL", "the store is full (maxmemory reached); nothing was stored. Lower "
+        "COURIER_RETENTION_DAYS or raise the store's maxmemory, then retry",
+        {"retryable": True},
     )

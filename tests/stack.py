@@ -223,6 +223,8 @@ def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> St
         "COURIER_OUTBOX_GRACE_S": "2",
         "COURIER_SWEEP_INTERVAL_S": "0.5",
         "COURIER_RATE_LIMIT_PER_S": "0",
+        # Tests read the workers' per-task lines (off by default).
+        "COURIER_LOG_TASKS": "1",
         **{f"COURIER_{k.upper()}": v for k, v in settings.items()},
     })
     stack = Stack(root, env, store, broker=broker)

@@ -16,6 +16,7 @@ from workers import transports
 
 DELIVER_TASK = "courier.deliver"
 SWEEP_TASK = "courier.sweep"
+RETENTION_TASK = "courier.retention"
 SWEEP_QUEUE = "courier.sweep"
 
 # A task may run at most this long; the webhook timeout sits well inside it.
@@ -57,7 +58,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         "task_queues": queues,
         "task_default_queue": SWEEP_QUEUE,
-        "task_routes": {SWEEP_TASK: {"queue": SWEEP_QUEUE}},
+        "task_routes": {SWEEP_TASK: {"queue": SWEEP_QUEUE},
+                        RETENTION_TASK: {"queue": SWEEP_QUEUE}},
         "task_serializer": "json",
         "accept_content": ["json"],
         # Outcomes live in Courier's store, never in a result backend.
@@ -77,5 +79,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": False,
         "beat_schedule": {
             "sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_interval_s},
+            "retention": {"task": RETENTION_TASK, "schedule": settings.retention_interval_s},
         },
     }

@@ -12,6 +12,7 @@ from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import InboxQuery
 from messaging.service.caller import Caller, CallerKind
+from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -47,7 +48,9 @@ async def get_message(store: Store, caller: Caller, message_id: str) -> Json:
     """One message: everything for its sender, no one else's bcc for a recipient."""
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
-    view = visible(caller, record) if record else None
+    if record is None:
+        raise await missing(store, project_id, message_id, "message")
+    view = visible(caller, record)
     if view is None:
         raise not_found("message")
     return view
@@ -125,7 +128,7 @@ async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[
     record = await store.get_message(project_id, message_id) if ids.project_of(
         message_id) == project_id else None
     if record is None:
-        raise not_found("message")
+        raise await missing(store, project_id, message_id, "message")
     for did, aid in deliveries_of(record):
         if aid == agent_id:
             return project_id, did
@@ -135,7 +138,10 @@ async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[
 async def mark(store: Store, caller: Caller, message_id: str, kind: str) -> Json:
     """Mark a received message read, or acknowledged (which also reads it)."""
     project_id, did = await _own_delivery(store, caller, message_id)
-    read_us, ack_us = await store.mark(project_id, did, kind, now_us())
+    marked = await store.mark(project_id, did, kind, now_us())
+    if not marked:  # removed by retention since it was read above
+        raise await missing(store, project_id, message_id, "message")
+    read_us, ack_us = marked
     return {"message_id": message_id, "delivery_id": did,
             "read_ts": rfc3339(read_us or None), "ack_ts": rfc3339(ack_us or None)}
 
@@ -151,7 +157,7 @@ async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
     project_id = _project_of(caller, delivery_id, "delivery")
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
-        raise not_found("delivery")
+        raise await missing(store, project_id, delivery_id, "delivery")
     record = await store.get_message(project_id, dlv["message_id"])
     sender_id = json.loads(record["json"])["sender_id"] if record else ""
     if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sender_id):
@@ -164,7 +170,7 @@ async def message_deliveries(store: Store, caller: Caller, message_id: str) -> J
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
     if record is None:
-        raise not_found("message")
+        raise await missing(store, project_id, message_id, "message")
     sender_id = json.loads(record["json"])["sender_id"]
     dids = [d for d, _ in deliveries_of(record)]
     dlvs = await store.get_deliveries(project_id, dids)
@@ -182,7 +188,9 @@ async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
     project_id, agent_id = caller.require_agent()
     (dlv,) = await store.get_deliveries(project_id, [delivery_id]) if ids.project_of(
         delivery_id) == project_id else (None,)
-    if dlv is None or dlv["agent_id"] != agent_id:
+    if dlv is None:
+        raise await missing(store, project_id, delivery_id, "delivery")
+    if dlv["agent_id"] != agent_id:
         raise not_found("delivery")
     await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us())
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])

@@ -30,7 +30,9 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   capped near EVENTS_MAXLEN entries    no TTL
     :sub:<subscription_id>                 hash   one idle subscription: subscriber,
                                                   target, state, outcome, the notice's
-                                                  ids and prepared texts (subscriptions.py) no TTL
+                                                  ids and prepared texts (subscriptions.py)
+                                                  no TTL while waiting; SUBSCRIPTION_KEEP_S
+                                                  after its notice
     :idle_subs                             hash   target agent_id -> JSON {subscription_id:
                                                   {s: subscriber, m: notice message id,
                                                   d: notice delivery id, t: notice thread}},
@@ -42,6 +44,15 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   by search_score (searchindex.py)   no TTL
     :sxt:<viewer>                          zset   the viewer's indexed words, all scored 0,
                                                   for prefix look-ups by lex range   no TTL
+    :retention                             zset   every stored message id by the time (ms)
+                                                  the sweeper next looks at it: admission,
+                                                  then the newest activity it saw       no TTL
+    :archived:<YYYY-MM-DD>                 hash   message or delivery id -> UTC day of its
+                                                  archive file, for the ids removed that
+                                                  day (410 ARCHIVED)                    the
+                                                  retention period (at least a day)
+    :retention_lock                        string the sweeper holding the project's
+                                                  retention round                       lock time
 """
 
 from __future__ import annotations
@@ -51,6 +62,10 @@ import hashlib
 PREFIX = "courier"
 # The newest events an agent's stream keeps for resuming (approximate cap).
 EVENTS_MAXLEN = 10_000
+IDEMPOTENCY_TTL_S = 7 * 24 * 3600
+# How long a subscription is kept after its notice: as long as the idempotency
+# record of the message that may have made it, so a retried request finds it.
+SUBSCRIPTION_KEEP_S = IDEMPOTENCY_TTL_S
 PROJECTS = f"{PREFIX}:projects"
 
 
@@ -160,3 +175,18 @@ def search_postings(project_id: str, viewer: str, term: str) -> str:
 def search_words(project_id: str, viewer: str) -> str:
     """Every word indexed for a viewer, for prefix look-ups."""
     return f"{_p(project_id)}:sxt:{viewer}"
+
+
+def retention(project_id: str) -> str:
+    """Every stored message of the project, by when the sweeper next looks at it."""
+    return f"{_p(project_id)}:retention"
+
+
+def archived(project_id: str, day: str) -> str:
+    """The ids removed on one UTC day (``YYYY-MM-DD``), each with its archive day."""
+    return f"{_p(project_id)}:archived:{day}"
+
+
+def retention_lock(project_id: str) -> str:
+    """The lock of the project's retention round."""
+    return f"{_p(project_id)}:retention_lock"

@@ -56,7 +56,8 @@ def _notice_keys(project_id: str, sub_id: str, entry: Json) -> list[str]:
 
 def _shared_keys(project_id: str) -> list[str]:
     return [keys.agents(project_id), keys.seq(project_id), keys.due(project_id),
-            keys.subscriptions_due(project_id), keys.idle_subscriptions(project_id)]
+            keys.subscriptions_due(project_id), keys.idle_subscriptions(project_id),
+            keys.retention(project_id)]
 
 
 class Live:
@@ -85,7 +86,8 @@ class Live:
         ``sub`` holds id, target_id, now_us, due_ms, expires_ms, after_message;
         ``entry`` the waiting-list entry; ``fields`` the subscription hash.
         """
-        args = {**sub, "entry": entry, "maxlen": keys.EVENTS_MAXLEN}
+        args = {**sub, "entry": entry, "maxlen": keys.EVENTS_MAXLEN,
+                "keep_s": keys.SUBSCRIPTION_KEEP_S}
         flat = [str(v) for kv in fields.items() for v in kv]
         raw = await self._subscribe(
             keys=_shared_keys(project_id) + _notice_keys(project_id, sub["id"], entry),
@@ -119,7 +121,7 @@ class Live:
             out = await self._presence(
                 keys=script_keys,
                 args=[agent_id, state, str(now_us), str(due_ms), str(keys.EVENTS_MAXLEN),
-                      json.dumps(sub_ids)])
+                      json.dumps(sub_ids), str(keys.SUBSCRIPTION_KEEP_S)])
             if not out:
                 return None, []
             if out[0] != "retry":
@@ -205,5 +207,5 @@ def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: in
     script = client.register_script(_with_notices("expire_subscriptions"))
     flat = script(keys=script_keys,
                   args=[str(now_us), str(now_ms), str(now_ms), str(keys.EVENTS_MAXLEN),
-                        json.dumps(pairs)])
+                        json.dumps(pairs), str(keys.SUBSCRIPTION_KEEP_S)])
     return _fired(list(flat))

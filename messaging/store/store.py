@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import redis.exceptions
+
 from messaging import ids
 from messaging.store import connect, keys
 from messaging.store.facts import Lru, identity
@@ -13,7 +15,7 @@ from messaging.store.live import Live
 from messaging.store.scripts import Scripts
 from messaging.store.searchindex import SearchIndex
 
-IDEMPOTENCY_TTL_S = 7 * 24 * 3600
+IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
 REF_ATTEMPTS = 20
 
 Json = dict[str, Any]
@@ -48,6 +50,17 @@ class Store:
         """True when the store answers."""
         return bool(await self.client.ping())
 
+    async def memory(self) -> tuple[int, int]:
+        """The store's used memory and its ``maxmemory`` (0: no limit), in bytes."""
+        info: Any = await self.client.info("memory")
+        if info and all(isinstance(v, dict) for v in info.values()):
+            # a cluster answers per node: the fullest node is what refuses writes
+            nodes = list(info.values())
+            fullest = max(nodes, key=lambda n: int(n.get("used_memory", 0)) / max(
+                1, int(n.get("maxmemory", 0)) or 2**62))
+            return int(fullest.get("used_memory", 0)), int(fullest.get("maxmemory", 0))
+        return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+
     # tokens
 
     async def token_scope(self, token_hash: str) -> Json:
@@ -78,15 +91,26 @@ class Store:
     async def create_project(self, project: Json, token_hash: str) -> bool:
         """Store a project and its token; False when its key is taken (nothing kept)."""
         pid = project["id"]
-        pipe = self.client.pipeline(transaction=False)
+        # One transaction: a full store refuses all of it (OOM), never half.
+        pipe = self.client.pipeline(transaction=True)
         pipe.hset(keys.project(pid), mapping={k: str(v) for k, v in project.items()})
         pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
         await pipe.execute()
-        claimed = await self.client.set(keys.project_by_key(project["project_key"]), pid, nx=True)
+        claimed = False
+        try:
+            claimed = bool(await self.client.set(keys.project_by_key(project["project_key"]),
+                                                 pid, nx=True))
+            if claimed:
+                await self.client.sadd(keys.PROJECTS, pid)
+        except redis.exceptions.OutOfMemoryError:
+            # Deleting is allowed in a full store: take back what was written.
+            await self.client.delete(keys.project(pid), keys.token(token_hash))
+            if claimed:
+                await self.client.delete(keys.project_by_key(project["project_key"]))
+            raise
         if not claimed:
             await self.client.delete(keys.project(pid), keys.token(token_hash))
             return False
-        await self.client.sadd(keys.PROJECTS, pid)
         return True
 
     async def get_project(self, project_id: str) -> Json | None:
@@ -105,10 +129,14 @@ class Store:
         )
         for _ in range(REF_ATTEMPTS):
             agent["ref"] = ids.new_ref()
-            done = await self.scripts.register_agent(
-                keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
-                args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
-            )
+            try:
+                done = await self.scripts.register_agent(
+                    keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
+                    args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
+                )
+            except redis.exceptions.OutOfMemoryError:
+                await self.client.delete(keys.token(token_hash))  # no token without its agent
+                raise
             if done:
                 return agent
         await self.client.delete(keys.token(token_hash))
@@ -162,6 +190,7 @@ class Store:
             keys.due(project_id),
             idem,
             *dlv_keys,
+            keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
         raw = await self.scripts.admit_message(
@@ -225,6 +254,13 @@ class Store:
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id)],
             args=[str(now_ms)],
         ))
+
+    async def archived_day(self, project_id: str, some_id: str, days: list[str]) -> str | None:
+        """The archive day of a removed message or delivery, if one of ``days`` removed it."""
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hget(keys.archived(project_id, day), some_id)
+        return next((str(d) for d in await pipe.execute() if d), None)
 
     async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:
         """Set read (or ack and read) once; returns [read_us, ack_us]."""

@@ -18,8 +18,9 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from messaging.config import Settings, get_settings
-from messaging.errors import CourierError, store_unavailable
+from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
+from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.store.store import Store
 from messaging.web import metrics
@@ -68,6 +69,11 @@ async def _framework_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
+async def _store_full(request: Request, exc: Exception) -> JSONResponse:
+    err = store_full()
+    return JSONResponse(err.body(), status_code=err.status)
+
+
 async def _store_down(request: Request, exc: Exception) -> JSONResponse:
     err = store_unavailable()
     return JSONResponse(err.body(), status_code=err.status)
@@ -81,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
+        quiet_per_event_logs(settings)
         publisher = BatchPublisher(Publisher(settings))
         publisher.start()
         store = Store.from_url(settings.store_url)
@@ -106,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)
+    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
     for module in (ops, projects, messages, deliveries, live, search):

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging.config import Settings
-from messaging.errors import CourierError, store_unavailable
+from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import (
     InboxQuery,
     PresenceIn,
@@ -120,6 +120,8 @@ async def run_tool(ctx: Context, call: Call, *, sends: bool = False) -> CallTool
     except ValidationError as exc:
         message, details = invalid_argument_details(exc.errors())
         error = CourierError("INVALID_ARGUMENT", message, details)
+    except redis.exceptions.OutOfMemoryError:
+        error = store_full()
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
         error = store_unavailable()
     if sends:

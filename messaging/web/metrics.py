@@ -26,6 +26,13 @@ from messaging.store.store import Store
 ADMISSIONS = Counter("courier_admissions", "Sends and replies answered, by outcome or error code",
                      ["outcome"])
 OUTCOMES = ("accepted", "rejected", "failed", "unknown")
+# Used memory this close to maxmemory counts as full: a send needs a few KB.
+FULL_MARGIN_BYTES = 64 * 1024
+
+
+def store_full(used_bytes: int, max_bytes: int) -> bool:
+    """True when the store has a memory limit and is (all but) at it."""
+    return max_bytes > 0 and used_bytes >= max_bytes - FULL_MARGIN_BYTES
 
 
 async def store_counters(store: Store) -> tuple[dict[str, int], int]:
@@ -48,8 +55,9 @@ async def store_counters(store: Store) -> tuple[dict[str, int], int]:
 class Snapshot:
     """A collector over figures read once for one scrape."""
 
-    def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int]) -> None:
-        self.totals, self.due, self.depths = totals, due, depths
+    def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int],
+                 memory: tuple[int, int]) -> None:
+        self.totals, self.due, self.depths, self.memory = totals, due, depths, memory
 
     def collect(self) -> Iterator[Metric]:
         """The delivery families."""
@@ -71,6 +79,11 @@ class Snapshot:
         for queue, size in sorted(self.depths.items()):
             depth.add_metric([queue], size)
         yield depth
+        yield GaugeMetricFamily("courier_store_used_memory_bytes", "The store's used memory",
+                                value=self.memory[0])
+        yield GaugeMetricFamily("courier_store_max_memory_bytes", "The store's maxmemory "
+                                "(0: no limit); writes answer STORE_FULL at it",
+                                value=self.memory[1])
 
     def _latency(self) -> HistogramMetricFamily:
         buckets: list[tuple[str, float]] = []
@@ -84,10 +97,11 @@ class Snapshot:
             buckets=buckets, sum_value=self.totals.get("dispatch_ms_sum", 0) / 1000)
 
 
-def render(totals: dict[str, int], due: int, depths: dict[str, int]) -> bytes:
+def render(totals: dict[str, int], due: int, depths: dict[str, int],
+           memory: tuple[int, int]) -> bytes:
     """The exposition text: this process's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(totals, due, depths))
+    registry.register(Snapshot(totals, due, depths, memory))
     return generate_latest(REGISTRY) + generate_latest(registry)
 
 

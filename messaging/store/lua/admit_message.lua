@@ -11,6 +11,7 @@
 -- KEYS[8]  idem     string idempotency record (ignored when ARGV idem_fp is "")
 -- KEYS[9..8+n]  dlv hashes, one per recipient string, used in order for each
 --               distinct agent
+-- KEYS[#KEYS]   retention  zset  stored message ids by when retention looks at them
 --
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
@@ -154,6 +155,8 @@ if a.has_bcc then
   -- which recipient string is which agent: only bcc views need it
   redis.call("HSET", KEYS[5], "resolved", cjson.encode(resolved))
 end
+redis.call("ZADD", KEYS[#KEYS], string.format("%d", math.floor(tonumber(now) / 1000)),
+  a.message_id)
 if a.thread_id ~= a.message_id then
   -- a thread that this message starts needs no set until a second one joins
   redis.call("ZADD", KEYS[6], s, a.message_id)

@@ -17,10 +17,12 @@
 -- ARGV[6]  its dispatch latency (admitted to outcome), ms
 -- ARGV[7]  error text for the attempt when nothing was handed off
 --
+-- Idle notices come from `courier`, which has no event stream to tell.
+--
 -- Returns "unknown" or "failed" as recorded, 0 when the lease is still valid or free.
 
 local d = redis.call("HMGET", KEYS[2], "fence", "lease_until_ms", "attempts", "id", "stage",
-  "message_id", "recipient", "handed_off_fence")
+  "message_id", "recipient", "handed_off_fence", "sender_id")
 local lease = tonumber(d[2] or "0")
 if lease == 0 or lease >= tonumber(ARGV[1]) then
   return 0
@@ -46,7 +48,9 @@ redis.call("ZREM", KEYS[1], d[4])
 redis.call("HINCRBY", KEYS[4], "outcome:" .. outcome, 1)
 redis.call("HINCRBY", KEYS[4], ARGV[5], 1)
 redis.call("HINCRBY", KEYS[4], "dispatch_ms_sum", ARGV[6])
-redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
-  "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
-    stage = stage, outcome = outcome}))
+if d[9] ~= "courier" then
+  redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
+    "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
+      stage = stage, outcome = outcome}))
+end
 return outcome

@@ -7,21 +7,25 @@
 --          notice's message hash, delivery hash and thread zset, and the
 --          subscriber's events stream
 --   state  "idle" | "exited" | "expired"
---   g      {agents, seq, due, sub_due, now_us, due_ms, maxlen}: the agents
---          hash, project sequence, outbox zset, subscription expiry zset, now
---          (us), the notice's outbox due time (ms), the events stream cap
+--   g      {agents, seq, due, sub_due, retention, now_us, due_ms, maxlen,
+--          keep_s}: the agents hash, project sequence, outbox zset,
+--          subscription expiry zset, retention index, now (us), the notice's
+--          outbox due time (ms), the events stream cap, how long the
+--          subscription is kept after its notice (s)
 --
 -- The caller has already taken the subscription off the waiting list, which
 -- is what makes the notice happen once. The notice is a message from
 -- `courier` to the subscriber, written the way admission writes a send (the
 -- message with its prepared JSON, a thread entry, one delivery at
--- `target_selected`, an outbox entry the worker or the sweeper publishes),
--- plus an `idle_notice` event on the subscriber's stream.
+-- `target_selected`, an outbox entry the worker or the sweeper publishes, a
+-- retention entry), plus an `idle_notice` event on the subscriber's stream.
+-- A notice that starts its own thread gets no thread set (as admission);
+-- the subscription expires keep_s after it.
 -- Returns {subscription id, delivery id, transport}.
 
 local function fire_notice(k, state, g)
   local s = redis.call("HMGET", k.sub, "id", "subscriber_id", "notice_message_id",
-    "notice_delivery_id", "target", "target_id", "notice_" .. state)
+    "notice_delivery_id", "target", "target_id", "notice_" .. state, "notice_thread_id")
   local sid, subscriber_id, mid, did = s[1], s[2], s[3], s[4]
   local ag = cjson.decode(redis.call("HGET", g.agents, subscriber_id))
   local label = ag.name .. " [" .. ag.ref .. "]"
@@ -40,8 +44,12 @@ local function fire_notice(k, state, g)
   redis.call("HSET", k.msg, "json", s[7], "created_us", g.now_us, "seq", seq,
     "policy", "wake", "deliveries", cjson.encode({{did, subscriber_id}}),
     "observations", cjson.encode({obs}), "resolved", cjson.encode({[label] = subscriber_id}))
-  redis.call("ZADD", k.thread, seq, mid)
+  if s[8] ~= mid then
+    redis.call("ZADD", k.thread, seq, mid)
+  end
+  redis.call("ZADD", g.retention, string.format("%d", math.floor(tonumber(g.now_us) / 1000)), mid)
   redis.call("HSET", k.sub, "state", "notified", "outcome", state, "notified_us", g.now_us)
+  redis.call("EXPIRE", k.sub, g.keep_s)
   redis.call("ZREM", g.sub_due, sid)
   redis.call("XADD", k.events, "MAXLEN", "~", g.maxlen, "*", "type", "idle_notice",
     "data", cjson.encode({subscription_id = sid, target = s[5], target_id = s[6],

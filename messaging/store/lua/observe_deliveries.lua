@@ -10,18 +10,22 @@
 -- ARGV[2]  now, us (decimal string)
 -- ARGV[3]  events stream cap (approximate MAXLEN)
 --
+-- Idle notices come from `courier`, which has no event stream to tell.
+--
 -- Returns the number of deliveries newly observed.
 
 local n = 0
 for p = 0, (#KEYS - 2) / 2 - 1 do
   local dlv = KEYS[3 + 2 * p]
   local d = redis.call("HMGET", dlv, "stage", "agent_id", "outcome", "id", "message_id",
-    "recipient")
+    "recipient", "sender_id")
   if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and d[3] == "accepted" then
     redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
-    redis.call("XADD", KEYS[4 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
-      "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
-        stage = "delivery_observed", outcome = "accepted"}))
+    if d[7] ~= "courier" then
+      redis.call("XADD", KEYS[4 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
+        "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
+          stage = "delivery_observed", outcome = "accepted"}))
+    end
     n = n + 1
   end
 end

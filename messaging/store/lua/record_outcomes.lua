@@ -25,6 +25,8 @@
 -- An unhealthy endpoint's deliveries wait (lease_deliveries skips them) until
 -- the hold ends; one attempt then probes it, and an answer makes it healthy.
 --
+-- Idle notices come from `courier`, which has no event stream to tell.
+--
 -- Returns one flag per delivery: 1 recorded, 0 stale token or nothing leased.
 
 local now_ms = tonumber(ARGV[6])
@@ -57,7 +59,7 @@ local function record(dlv, events, a)
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
     ARGV[a + 7]
   local d = redis.call("HMGET", dlv, "fence", "lease_until_ms", "attempts", "id", "stage",
-    "message_id", "recipient")
+    "message_id", "recipient", "sender_id")
   if d[1] ~= fence or not d[2] or d[2] == "0" then
     return 0
   end
@@ -92,9 +94,11 @@ local function record(dlv, events, a)
   if stage == "delivery_observed" then
     redis.call("HINCRBY", KEYS[3], "observed", 1)
   end
-  redis.call("XADD", events, "MAXLEN", "~", ARGV[2], "*", "type", "delivery",
-    "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
-      stage = stage, outcome = kind}))
+  if d[8] ~= "courier" then
+    redis.call("XADD", events, "MAXLEN", "~", ARGV[2], "*", "type", "delivery",
+      "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
+        stage = stage, outcome = kind}))
+  end
   return 1
 end
 
