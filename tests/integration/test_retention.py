@@ -107,6 +107,7 @@ def test_final_old_messages_are_archived_and_removed_with_everything(world: Worl
         wait_until(lambda m=m: accepted(world.admin, delivery_id(m)), what="delivery")
     assert [m["id"] for m in world.bob.inbox()["messages"]] == [first["id"]]  # observed
     world.bob.acknowledge(first["id"])
+    wait_until(lambda: world.bob.search("Handoff")["messages"], what="the search index")
     ids = {first["id"], reply["id"], delivery_id(first), delivery_id(reply)}
     wait_until(lambda: gone(world.alice, first["id"]) and gone(world.alice, reply["id"]),
                REMOVAL_TIMEOUT_S, 0.2, "removal")
@@ -131,6 +132,7 @@ def test_final_old_messages_are_archived_and_removed_with_everything(world: Worl
         assert (err.value.status, err.value.code) == (410, "ARCHIVED")
         assert err.value.details["archive_day"] == archive.day_of(time.time_ns() // 1000)
     assert world.bob.inbox()["messages"] == []
+    assert world.bob.search("Handoff")["messages"] == []
     with pytest.raises(CourierAPIError) as err:
         world.alice.thread(first["thread_id"])
     assert err.value.status == 404
