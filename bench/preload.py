@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -26,6 +27,7 @@ from messaging import ids
 from messaging.config import get_settings
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.scripts import Scripts
+from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
 from messaging.timefmt import now_us
 from workers.transports.inbox import InboxTransport
@@ -38,20 +40,25 @@ PROCESSES = 2
 # A message admitted without an explicit policy: the script decides (as a send does).
 AUTO_POLICY = "auto"
 OK = '{"status": "ok"}'
+# Words drawn from the vocabulary for each preloaded body (search bench).
+VOCABULARY_WORDS = 4
 
 
 def preload(url: str, project_id: str, sender: Agent, recipient: Agent, template: str,
-            count: int) -> None:
+            count: int, vocabulary: tuple[str, ...] = ()) -> None:
     """Admit and deliver ``count`` copies of the message JSON ``template``, ``sender`` to
     ``recipient``.
+
+    With a ``vocabulary``, each copy's body is a few words drawn from it, and the
+    worker's search indexing runs after each delivery batch, as ``deliver`` does.
 
     Raises:
         BenchError: the store refused an admission or a delivery.
     """
     parts = [count // PROCESSES + (1 if i < count % PROCESSES else 0) for i in range(PROCESSES)]
     with ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = [pool.submit(_preload, url, project_id, sender, recipient, template, n)
-                for n in parts if n]
+        runs = [pool.submit(_preload, url, project_id, sender, recipient, template, n,
+                            vocabulary, seed) for seed, n in enumerate(parts) if n]
         for run in runs:
             run.result()
 
@@ -79,7 +86,7 @@ def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict
 
 
 def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
-             count: int) -> None:
+             count: int, vocabulary: tuple[str, ...], seed: int) -> None:
     client = redis.Redis.from_url(url, decode_responses=True)
     admit_script = Scripts(client).admit_message
     capture = _Capture()
@@ -88,12 +95,15 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
     workers = DeliveryStore(client)
     inbox = InboxTransport()
     template = json.loads(template_json)
+    words = random.Random(seed)
     grace_ms = int(get_settings().outbox_grace_s * 1000)
     try:
         for start in range(0, count, CHUNK):
             dids = [ids.new_delivery_id(project_id) for _ in range(min(CHUNK, count - start))]
             pipe = client.pipeline(transaction=False)
             for did in dids:
+                if vocabulary:
+                    template["body_md"] = " ".join(words.sample(vocabulary, VOCABULARY_WORDS))
                 keys, args = _admission_call(store, capture, project_id,
                                              *_send(project_id, sender, recipient, template,
                                                     did, grace_ms))
@@ -107,6 +117,9 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
                 if len(leased) != len(batch):
                     raise BenchError(f"preload: leased {len(leased)} of {len(batch)}")
                 inbox.deliver(workers, project_id, leased)
+                if vocabulary:
+                    index_messages(client, project_id, {
+                        lease.message_id: {lease.agent_id, lease.sender_id} for lease in leased})
     finally:
         client.close()
 

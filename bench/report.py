@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 Json = dict[str, Any]
+# Search queries whose first page must not slow down as history grows.
+FLAT_QUERIES = ("word", "prefix", "word + sender", "common word", "no words (newest)")
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,23 @@ def scale_rows(r: Json) -> list[Row]:
     return rows
 
 
+def search_rows(r: Json) -> list[Row]:
+    """First-page latency of each query, many stored messages against few; admission beside."""
+    small, large = r["small"], r["large"]
+    base = f"{small['indexed']:,} stored, c={r['concurrency']}"
+    rows = []
+    for what in [*(k for k in small if k not in ("indexed", "admission")), "admission"]:
+        flat = what in FLAT_QUERIES or what == "admission"
+        for p in ("p50_ms", "p99_ms"):
+            rows.append(_row("search", f"{what} {p.replace('_ms', '')} ms @{large['indexed']:,}",
+                             large[what][p], small[what][p], base,
+                             "<= 1.5x" if flat else "", _at_most(1.5) if flat else None,
+                             on_ratio=True))
+    return rows
+
+
 ROWS = {"admission": admission_rows, "delivery": delivery_rows,
-        "end_to_end": end_to_end_rows, "scale": scale_rows}
+        "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows}
 
 
 def rows(results: Json) -> list[Row]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.context import Context
-from bench.scenarios import admission, delivery, end_to_end, scale
+from bench.scenarios import admission, delivery, end_to_end, scale, search
 
 Scenario = Callable[[Context], dict[str, Any]]
 
@@ -15,4 +15,5 @@ SCENARIOS: dict[str, Scenario] = {
     "delivery": delivery.run,
     "end_to_end": end_to_end.run,
     "scale": scale.run,
+    "search": search.run,
 }

@@ -28,7 +28,7 @@ from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.guard import Gate
 from messaging.web.mcp import MCP_PATH, mcp_app
-from messaging.web.routes import deliveries, live, messages, ops, projects, search
+from messaging.web.routes import console, deliveries, live, messages, ops, projects, search
 
 # Errors raised by the framework itself (unknown route, undecodable body), in our shape.
 FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
@@ -116,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
-    for module in (ops, projects, messages, deliveries, live, search):
+    for module in (ops, projects, messages, deliveries, live, search, console):
         app.include_router(module.router)
     return app
 
