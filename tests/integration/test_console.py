@@ -187,7 +187,8 @@ def test_search_finds_by_words_and_sender(console: Console, project: Project):
     assert "authentication" in page.inner_text("li.message-item .snippet")
 
 
-HOSTILE_SUBJECT = '<script>window.__pwned = "subject"</script><img src=x onerror="window.__pwned=1">'
+HOSTILE_SUBJECT = ('<script>window.__pwned = "subject"</script>'
+                   '<img src=x onerror="window.__pwned=1">')
 HOSTILE_BODY = """<script>window.__pwned = "body"</script>
 
 <img src=x onerror="window.__pwned = 'img'">
