@@ -22,26 +22,35 @@ Comments (``: ping``) are heartbeats.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import redis.exceptions
 from sse_starlette import ServerSentEvent
 
 from messaging.errors import CourierError, invalid
 from messaging.service import reading
 from messaging.service.caller import Caller
-from messaging.store.live import parse_stream_id
+from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
 Json = dict[str, Any]
 
 HEARTBEAT_S = 15
-READ_BLOCK_MS = 5_000  # shortened to fit the store's socket timeout
+READ_BLOCK_MS = 1_000  # a stream opened meanwhile joins its project's reader at the next read
 READ_COUNT = 100
-# How long a client waits before reconnecting after a dropped connection.
-RETRY_MS = 1_000
+READ_RETRY_S = 1.0
+# Entries queued for one slow stream before it is ended (the client resumes by Last-Event-ID).
+QUEUED_MAX = 1_000
+# Open streams per agent, across every API process: each holds a slot leased in the store.
+STREAMS_PER_AGENT = 4
+STREAM_LEASE_MS = 60_000
+STREAM_RENEW_S = 20.0
+STREAM_RETRY_AFTER_S = 5
 RESYNC_REASON = ("events after this id may have been trimmed from the stream; read the inbox "
                  "to catch up")
 
@@ -97,16 +106,120 @@ async def render(store: Store, caller: Caller, entry_id: str, fields: Json) -> S
     return ServerSentEvent(json.dumps(data, ensure_ascii=False), event=kind, id=entry_id)
 
 
-async def stream(store: Store, caller: Caller, after: str) -> AsyncIterator[ServerSentEvent]:
-    """The caller's events after ``after``, as they come, until the client leaves."""
+class Listener:
+    """One open stream: its agent, its position, the entries fanned out to it."""
+
+    def __init__(self, agent_id: str, after: str) -> None:
+        self.agent_id = agent_id
+        self.after = after
+        self.entries: asyncio.Queue[tuple[str, Json]] = asyncio.Queue(QUEUED_MAX)
+        self.overflowed = False
+
+    def offer(self, entry_id: str, fields: Json) -> None:
+        """Queue an entry past this listener's position (a listener that falls far behind
+        is marked overflowed: its stream ends and the client resumes by Last-Event-ID)."""
+        if self.overflowed or stream_id(entry_id) <= stream_id(self.after):
+            return
+        try:
+            self.entries.put_nowait((entry_id, fields))
+            self.after = entry_id
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+
+class Hub:
+    """The event streams of one API process: one reader per project fans entries out.
+
+    Each reader waits on one connection of the store's own for blocking reads
+    (``Store.waits``), whatever the number of streams open in the project, so
+    open streams never hold connections the rest of the API needs.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.listeners: dict[str, set[Listener]] = {}
+        self.readers: dict[str, asyncio.Task[None]] = {}
+
+    def join(self, project_id: str, listener: Listener) -> None:
+        """Start fanning the project's entries out to ``listener``."""
+        self.listeners.setdefault(project_id, set()).add(listener)
+        reader = self.readers.get(project_id)
+        if reader is None or reader.done():
+            self.readers[project_id] = asyncio.create_task(self._read(project_id))
+
+    def leave(self, project_id: str, listener: Listener) -> None:
+        """Stop; the project's reader ends once nobody listens."""
+        found = self.listeners.get(project_id)
+        if found is not None:
+            found.discard(listener)
+            if not found:
+                del self.listeners[project_id]
+
+    async def close(self) -> None:
+        """End every reader."""
+        for reader in self.readers.values():
+            reader.cancel()
+        await asyncio.gather(*self.readers.values(), return_exceptions=True)
+
+    async def _read(self, project_id: str) -> None:
+        while listeners := self.listeners.get(project_id):
+            positions: dict[str, str] = {}
+            for one in listeners:
+                known = positions.get(one.agent_id)
+                if known is None or stream_id(one.after) < stream_id(known):
+                    positions[one.agent_id] = one.after
+            try:
+                found = await self.store.live.read_events(
+                    project_id, positions, READ_COUNT, READ_BLOCK_MS, self.store.waits)
+            except redis.exceptions.RedisError:
+                await asyncio.sleep(READ_RETRY_S)  # the store is away: wait, then read again
+                continue
+            for one in list(self.listeners.get(project_id, ())):
+                for entry_id, fields in found.get(one.agent_id, ()):
+                    one.offer(entry_id, fields)
+        self.readers.pop(project_id, None)
+
+
+async def claim(store: Store, caller: Caller, stream: str) -> None:
+    """Hold one of the agent's open-stream slots for ``stream``.
+
+    Raises:
+        CourierError: RATE_LIMITED when the agent has its most streams open already.
+    """
     project_id, agent_id = caller.require_agent()
-    yield ServerSentEvent(comment=f"courier events after {after}", retry=RETRY_MS)
-    if await store.live.trimmed_past(project_id, agent_id, after):
-        yield ServerSentEvent(json.dumps({"after": after, "reason": RESYNC_REASON}),
-                              event="resync")
-    while True:
-        entries = await store.live.events_after(project_id, agent_id, after, READ_COUNT,
-                                                READ_BLOCK_MS)
-        for entry_id, fields in entries:
-            after = entry_id
-            yield await render(store, caller, entry_id, fields)
+    if not await store.live.claim_stream(project_id, agent_id, stream, now_us() // 1000,
+                                         STREAM_LEASE_MS, STREAMS_PER_AGENT):
+        raise CourierError(
+            "RATE_LIMITED", f"this agent has {STREAMS_PER_AGENT} event streams open already; "
+            "close one first", {"open_streams_max": STREAMS_PER_AGENT},
+            headers={"Retry-After": str(STREAM_RETRY_AFTER_S)})
+
+
+async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
+                 ) -> AsyncIterator[ServerSentEvent]:
+    """The caller's events after ``after``, as they come, until the client leaves.
+
+    ``stream`` holds a slot (``claim``), renewed while open and given back at the end.
+    """
+    project_id, agent_id = caller.require_agent()
+    listener = Listener(agent_id, after)
+    try:
+        yield ServerSentEvent(comment=f"courier events after {after}")
+        if await store.live.trimmed_past(project_id, agent_id, after):
+            yield ServerSentEvent(json.dumps({"after": after, "reason": RESYNC_REASON}),
+                                  event="resync")
+        hub.join(project_id, listener)
+        renew_at = time.monotonic() + STREAM_RENEW_S
+        while not listener.overflowed:
+            try:
+                entry_id, fields = await asyncio.wait_for(listener.entries.get(), STREAM_RENEW_S)
+                yield await render(store, caller, entry_id, fields)
+            except TimeoutError:
+                pass
+            if time.monotonic() >= renew_at:
+                await store.live.claim_stream(project_id, agent_id, stream, now_us() // 1000,
+                                              STREAM_LEASE_MS, STREAMS_PER_AGENT)
+                renew_at = time.monotonic() + STREAM_RENEW_S
+    finally:
+        hub.leave(project_id, listener)
+        await asyncio.shield(store.live.release_stream(project_id, agent_id, stream))

@@ -73,10 +73,14 @@ async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
     return {"thread_id": thread_id, "messages": views}
 
 
+# Inbox sequences are whole numbers a double holds exactly (the inbox's scores).
+CURSOR_DIGITS_MAX = 15
+
+
 def _parse_cursor(cursor: str | None) -> int:
     if cursor is None or cursor == "":
         return 0
-    if not cursor.isdigit() or len(cursor) > 20:
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > CURSOR_DIGITS_MAX:
         raise invalid("cursor", "pass back a next_cursor this API returned")
     return int(cursor)
 

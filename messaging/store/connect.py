@@ -25,6 +25,10 @@ STORE_OPTIONS: dict[str, Any] = {
     "health_check_interval": HEALTH_CHECK_INTERVAL_S,
 }
 
+# Connections of one asyncio client, and how long a request waits for a free one.
+POOL_CONNECTIONS = 100
+POOL_WAIT_S = 5.0
+
 SyncClient = redis.Redis | RedisCluster
 AsyncClient = aioredis.Redis | AsyncRedisCluster
 
@@ -62,11 +66,17 @@ def sync_client(url: str, **options: Any) -> SyncClient:
 
 
 def async_client(url: str, **options: Any) -> AsyncClient:
-    """An asyncio client of the store at ``url`` (the API)."""
+    """An asyncio client of the store at ``url`` (the API).
+
+    On one server, a request that finds every connection busy waits for one
+    (up to ``POOL_WAIT_S``) instead of failing: a burst of requests queues.
+    """
     settings = {**STORE_OPTIONS, **options}
     if is_cluster(url):
         return AsyncRedisCluster.from_url(node_url(url), **settings)
-    return aioredis.Redis.from_url(url, **settings)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **settings)
+    return aioredis.Redis(connection_pool=pool)
 
 
 def socket_timeout_s(client: AsyncClient, default_s: float) -> float | None:

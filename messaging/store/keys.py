@@ -28,6 +28,8 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :events:<agent_id>                     stream one agent's live events (new mail,
                                                   idle notices, its sends' deliveries);
                                                   capped near EVENTS_MAXLEN entries    no TTL
+    :streams:<agent_id>                    zset   the agent's open event streams: stream id
+                                                  by lease end (ms), renewed while open  lease
     :sub:<subscription_id>                 hash   one idle subscription: subscriber,
                                                   target, state, outcome, the notice's
                                                   ids and prepared texts (subscriptions.py)
@@ -145,6 +147,11 @@ def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str
 def events(project_id: str, agent_id: str) -> str:
     """One agent's event stream."""
     return f"{_p(project_id)}:events:{agent_id}"
+
+
+def open_streams(project_id: str, agent_id: str) -> str:
+    """The leases of one agent's open event streams."""
+    return f"{_p(project_id)}:streams:{agent_id}"
 
 
 def subscription(project_id: str, subscription_id: str) -> str:

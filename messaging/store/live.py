@@ -7,6 +7,7 @@ The API uses ``Live`` (asyncio); the sweeper expires subscriptions with
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,7 @@ class Live:
         self._resolve = client.register_script(source("resolve_target"))
         self._subscribe = client.register_script(_with_notices("subscribe"))
         self._presence = client.register_script(_with_notices("set_presence"))
+        self._claim_stream = client.register_script(source("claim_stream"))
 
     # subscriptions
 
@@ -135,19 +137,38 @@ class Live:
         newest = await self.client.xrevrange(keys.events(project_id, agent_id), count=1)
         return str(newest[0][0]) if newest else "0-0"
 
-    async def events_after(
-        self, project_id: str, agent_id: str, after: str, count: int, block_ms: int
-    ) -> list[tuple[str, Json]]:
-        """Up to ``count`` events past ``after``, waiting up to ``block_ms`` for one."""
-        stream = keys.events(project_id, agent_id)
-        # A block as long as the socket timeout would fail as a timeout.
-        timeout_s = connect.socket_timeout_s(self.client, DEFAULT_SOCKET_TIMEOUT_S)
-        if timeout_s:
-            block_ms = max(1, min(block_ms, int(timeout_s * 1000 * SOCKET_SHARE)))
-        found: Any = await self.client.xread({stream: after}, count=count, block=block_ms)
-        if not found:
-            return []
-        return [(str(eid), dict(fields)) for eid, fields in found[0][1]]
+    async def read_events(
+        self, project_id: str, positions: dict[str, str], count: int, block_ms: int | None,
+        client: connect.AsyncClient | None = None,
+    ) -> dict[str, list[tuple[str, Json]]]:
+        """Up to ``count`` events per agent past its position, by agent id.
+
+        With ``block_ms`` the read waits up to that long for one (on ``client``,
+        a connection kept for such waits); without, it answers at once.
+        """
+        reader = client or self.client
+        if block_ms is not None:
+            # A block as long as the socket timeout would fail as a timeout.
+            timeout_s = connect.socket_timeout_s(reader, DEFAULT_SOCKET_TIMEOUT_S)
+            if timeout_s:
+                block_ms = max(1, min(block_ms, int(timeout_s * 1000 * SOCKET_SHARE)))
+        streams: dict[Any, Any] = {keys.events(project_id, agent): after
+                                   for agent, after in positions.items()}
+        agent_of = {keys.events(project_id, agent): agent for agent in positions}
+        found: Any = await reader.xread(streams, count=count, block=block_ms)
+        return {agent_of[str(stream)]: [(str(eid), dict(fields)) for eid, fields in entries]
+                for stream, entries in (found or [])}
+
+    async def claim_stream(self, project_id: str, agent_id: str, stream_id: str, now_ms: int,
+                           lease_ms: int, most: int) -> bool:
+        """Hold or renew one of the agent's ``most`` open-stream slots; False when all are taken."""
+        held = await self._claim_stream(keys=[keys.open_streams(project_id, agent_id)],
+                                        args=[stream_id, now_ms, lease_ms, most])
+        return bool(held)
+
+    async def release_stream(self, project_id: str, agent_id: str, stream_id: str) -> None:
+        """Give back a stream's slot."""
+        await self.client.zrem(keys.open_streams(project_id, agent_id), stream_id)
 
     async def trimmed_past(self, project_id: str, agent_id: str, after: str) -> bool:
         """True when events past ``after`` may have been trimmed away (a resume would miss some).
@@ -163,21 +184,30 @@ class Live:
             return False
         first = info.get("first-entry")
         if not first:  # all removed
-            return _stream_id(after) < _stream_id(str(info["last-generated-id"]))
-        return _stream_id(after) < _stream_id(str(first[0]))
+            return stream_id(after) < stream_id(str(info["last-generated-id"]))
+        return stream_id(after) < stream_id(str(first[0]))
 
 
-def _stream_id(value: str) -> tuple[int, int]:
+def stream_id(value: str) -> tuple[int, int]:
+    """A stream entry id as a pair that sorts like the stream."""
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
 
 
+# The largest part of a stream entry id (each is an unsigned 64-bit number).
+STREAM_ID_PART_MAX = 2**64 - 1
+STREAM_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
+
+
 def parse_stream_id(value: str) -> str | None:
-    """A stream entry id as given by a client, normalized; None when malformed."""
-    ms, sep, seq = value.strip().partition("-")
-    if not ms.isdigit() or len(ms) > 20 or (sep and (not seq.isdigit() or len(seq) > 20)):
+    """A stream entry id as given by a client, normalized; None when malformed or out of range."""
+    found = STREAM_ID.fullmatch(value.strip())
+    if found is None:
         return None
-    return f"{int(ms)}-{int(seq or 0)}"
+    ms, seq = int(found.group(1)), int(found.group(2) or 0)
+    if ms > STREAM_ID_PART_MAX or seq > STREAM_ID_PART_MAX:
+        return None
+    return f"{ms}-{seq}"
 
 
 def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: int) -> list[Fired]:

@@ -29,8 +29,11 @@ def _hash(found: Mapping[Any, Any]) -> Json:
 class Store:
     """Typed operations on the store; every key comes from ``keys``."""
 
-    def __init__(self, client: connect.AsyncClient) -> None:
+    def __init__(self, client: connect.AsyncClient,
+                 waits: connect.AsyncClient | None = None) -> None:
         self.client = client
+        # Blocking reads (event streams) wait on connections of their own, never the API's.
+        self.waits = waits or client
         self.scripts = Scripts(client)
         self.scopes: Lru[str, Json] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
@@ -40,10 +43,12 @@ class Store:
     @classmethod
     def from_url(cls, url: str) -> Store:
         """A store on new connections to ``url`` (one server or a cluster)."""
-        return cls(connect.async_client(url))
+        return cls(connect.async_client(url), connect.async_client(url))
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
+        if self.waits is not self.client:
+            await self.waits.aclose()
         await self.client.aclose()
 
     async def ping(self) -> bool:

@@ -22,6 +22,7 @@ from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
+from messaging.service.events import Hub
 from messaging.store.store import Store
 from messaging.web import metrics
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
@@ -93,7 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = Store.from_url(settings.store_url)
         operator_token = settings.resolve_operator_token()
         svc = Services(settings, store, publisher, operator_token,
-                       Gate(store, operator_token, settings.rate_limit_per_s))
+                       Gate(store, operator_token, settings.rate_limit_per_s), Hub(store))
         app.state.services = svc
         # What was loaded at start lives as long as the process: keep it out of
         # every collection, so a collection's pause stays short.
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield
         finally:
             publisher.stop()
+            await svc.hub.close()
             await svc.store.close()
 
     # MCP is an ASGI app of its own, declared beside the routers.

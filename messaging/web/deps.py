@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from messaging.config import Settings
 from messaging.runtime.publish import BatchPublisher
 from messaging.service.caller import Caller
+from messaging.service.events import Hub
 from messaging.store.store import Store
 from messaging.web.guard import Gate, client_address
 
@@ -26,6 +27,7 @@ class Services:
     publisher: BatchPublisher
     operator_token: str
     gate: Gate
+    hub: Hub
 
 
 async def services(request: Request) -> Services:

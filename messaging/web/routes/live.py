@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
@@ -24,7 +25,9 @@ async def agent_events(
     """The caller's live events (Server-Sent Events), resumable with ``Last-Event-ID``."""
     given = last_event_id or request.query_params.get("last_event_id")
     start = await events.start(svc.store, who, given)
-    return EventSourceResponse(events.stream(svc.store, who, start),
+    stream = uuid.uuid4().hex
+    await events.claim(svc.store, who, stream)
+    return EventSourceResponse(events.stream(svc.store, svc.hub, who, stream, start),
                                ping=events.HEARTBEAT_S,
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
