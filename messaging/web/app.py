@@ -29,7 +29,16 @@ from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.guard import Gate
 from messaging.web.mcp import MCP_PATH, mcp_app
-from messaging.web.routes import console, deliveries, live, messages, ops, projects, search
+from messaging.web.routes import (
+    console,
+    deliveries,
+    docs,
+    live,
+    messages,
+    ops,
+    projects,
+    search,
+)
 
 # Errors raised by the framework itself (unknown route, undecodable body), in our shape.
 FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
@@ -110,7 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # MCP is an ASGI app of its own, declared beside the routers.
     mcp_route = Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"])
-    app = FastAPI(title="Courier", version="1", lifespan=lifespan, routes=[mcp_route])
+    app = FastAPI(title="Courier", version="1", lifespan=lifespan, routes=[mcp_route],
+                  docs_url=None, redoc_url=None)  # served offline by the docs router
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
@@ -118,7 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
-    for module in (ops, projects, messages, deliveries, live, search, console):
+    for module in (ops, projects, messages, deliveries, live, search, console, docs):
         app.include_router(module.router)
     return app
 
