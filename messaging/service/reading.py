@@ -196,7 +196,8 @@ async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
         raise await missing(store, project_id, delivery_id, "delivery")
     if dlv["agent_id"] != agent_id:
         raise not_found("delivery")
-    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us())
+    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),
+                        confirmed=True)
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
         raise not_found("delivery")

@@ -240,16 +240,22 @@ class Store:
         return [(str(row[0]), int(row[1])) for row in rows]
 
     async def observe(
-        self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int
+        self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int,
+        *, confirmed: bool = False,
     ) -> int:
-        """Record that the agent's side showed these (delivery id, sender id) deliveries."""
+        """Record that the agent's side showed these (delivery id, sender id) deliveries.
+
+        ``confirmed``: the recipient's host said so itself, which counts after an
+        ``unknown`` outcome too (the outcome stays ``unknown``).
+        """
         script_keys = [keys.agents(project_id), keys.stats(project_id)]
         for delivery_id, sender_id in deliveries:
             script_keys += [keys.delivery(project_id, delivery_id),
                             keys.events(project_id, sender_id)]
         return int(
             await self.scripts.observe_deliveries(
-                keys=script_keys, args=[agent_id, str(now_us), str(keys.EVENTS_MAXLEN)]
+                keys=script_keys,
+                args=[agent_id, str(now_us), str(keys.EVENTS_MAXLEN), "1" if confirmed else "0"]
             )
         )
 

@@ -1,6 +1,7 @@
 -- observe_deliveries: the recipient's side showed these deliveries; record
--- `delivery_observed` where the outcome is `accepted` and it is not yet seen,
--- and tell each sender (a `delivery` event).
+-- `delivery_observed` where the outcome is `accepted` (or, when the host says so
+-- itself, `unknown`: the outcome stays `unknown`) and it is not yet seen, and
+-- tell each sender (a `delivery` event).
 --
 -- KEYS[1]     agents  hash    agent_id -> agent JSON (the observer's activity)
 -- KEYS[2]     stats   hash    delivery counters
@@ -9,6 +10,7 @@
 -- ARGV[1]  observing agent id
 -- ARGV[2]  now, us (decimal string)
 -- ARGV[3]  events stream cap (approximate MAXLEN)
+-- ARGV[4]  "1" when the recipient's host confirmed display itself (also after `unknown`)
 --
 -- Idle notices come from `courier`, which has no event stream to tell.
 --
@@ -19,12 +21,13 @@ for p = 0, (#KEYS - 2) / 2 - 1 do
   local dlv = KEYS[3 + 2 * p]
   local d = redis.call("HMGET", dlv, "stage", "agent_id", "outcome", "id", "message_id",
     "recipient", "sender_id")
-  if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and d[3] == "accepted" then
+  local shown = d[3] == "accepted" or (ARGV[4] == "1" and d[3] == "unknown")
+  if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and shown then
     redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
     if d[7] ~= "courier" then
       redis.call("XADD", KEYS[4 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
         "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
-          stage = "delivery_observed", outcome = "accepted"}))
+          stage = "delivery_observed", outcome = d[3]}))
     end
     n = n + 1
   end
