@@ -6,7 +6,7 @@ from typing import Any
 
 from messaging import ids
 from messaging.config import Settings, get_settings
-from messaging.errors import CourierError, not_found
+from messaging.errors import CourierError, invalid, not_found
 from messaging.models import AgentIn, PresenceIn, ProjectIn
 from messaging.service.caller import Caller
 from messaging.service.sending import Dispatcher
@@ -120,7 +120,27 @@ async def set_status(
     updated = await store.update_agent(project_id, agent_id, {"status": status}, None)
     if updated is None:
         raise not_found("agent")
+    # Retired or closed, the agent acts no more: its token stops working at once.
+    await store.revoke_agent_token(project_id, agent_id)
     return agent_row(updated)
+
+
+async def rotate_token(store: Store, caller: Caller, project_id: str, agent_id: str) -> Json:
+    """Issue the agent a new token and revoke the old one (project token).
+
+    Raises:
+        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT for an agent
+            that is retired or closed (it has no token any more).
+    """
+    caller.require_project(project_id)
+    agent = await store.get_agent(project_id, agent_id)
+    if agent is None:
+        raise not_found("agent")
+    if agent["status"] != "active":
+        raise invalid("agent_id", f"the agent is {agent['status']}: it takes no token")
+    token = ids.new_token("cat")
+    await store.replace_agent_token(project_id, agent_id, ids.token_hash(token))
+    return {**agent_row(agent), "project_id": project_id, "token": token}
 
 
 async def set_presence(

@@ -1,8 +1,9 @@
 """Facts that never change once written, cached in each API process.
 
-A token's scope, an agent's name, ref and bound source, and a project's key
-are written once and never edited or deleted, so a cached copy can never be
-stale; only what was found is cached. This takes the sender's lookups off the
+An agent's name, ref and bound source, and a project's key are written once
+and never edited or deleted, so a cached copy can never be stale; only what
+was found is cached. (A token's scope can be revoked: the store keeps it only
+briefly, see ``Store.token_scope``.) This takes the sender's lookups off the
 admission path: in steady state a send is one store round trip.
 """
 
@@ -31,6 +32,10 @@ class Lru(Generic[K, V]):
         if value is not None:
             self.data.move_to_end(key)
         return value
+
+    def drop(self, key: K) -> None:
+        """Forget a key."""
+        self.data.pop(key, None)
 
     def put(self, key: K, value: V) -> None:
         """Remember a value."""

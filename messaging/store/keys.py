@@ -15,6 +15,8 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :agents                                hash   agent_id -> agent JSON              no TTL
     :names                                 hash   name -> JSON list of agent ids      no TTL
     :refs                                  hash   ref -> agent_id                     no TTL
+    :agent_token:<agent_id>                string the sha256 of the agent's live token
+                                                  (gone once retired or closed)       no TTL
     :msg:<message_id>                      string message JSON (immutable)            no TTL
     :thread:<thread_id>                    zset   message_id by sequence              no TTL
     :dlv:<delivery_id>                     hash   one delivery (see delivery.py)      no TTL
@@ -147,6 +149,11 @@ def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str
 def events(project_id: str, agent_id: str) -> str:
     """One agent's event stream."""
     return f"{_p(project_id)}:events:{agent_id}"
+
+
+def agent_token(project_id: str, agent_id: str) -> str:
+    """The hash of an agent's live token (what revoking and rotating remove)."""
+    return f"{_p(project_id)}:agent_token:{agent_id}"
 
 
 def open_streams(project_id: str, agent_id: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from messaging.store.searchindex import SearchIndex
 
 IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
 REF_ATTEMPTS = 20
+# How long an API process trusts a token's scope before reading it again.
+TOKEN_CACHE_S = 1.0
 
 Json = dict[str, Any]
 
@@ -35,7 +38,7 @@ class Store:
         # Blocking reads (event streams) wait on connections of their own, never the API's.
         self.waits = waits or client
         self.scripts = Scripts(client)
-        self.scopes: Lru[str, Json] = Lru()
+        self.scopes: Lru[str, tuple[float, Json]] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
         self.search = SearchIndex(client, self.scripts)
@@ -69,13 +72,38 @@ class Store:
     # tokens
 
     async def token_scope(self, token_hash: str) -> Json:
-        """The scope of a token ({} when unknown); a known one is cached."""
-        scope = self.scopes.get(token_hash)
-        if scope is None:
-            scope = _hash(await self.client.hgetall(keys.token(token_hash)))
-            if scope:
-                self.scopes.put(token_hash, scope)
+        """The scope of a token ({} when unknown or revoked).
+
+        A known scope is cached for ``TOKEN_CACHE_S`` only: a token revoked by
+        any API process is refused by every other one within that time (and at
+        once by the process that revoked it).
+        """
+        now = time.monotonic()
+        cached = self.scopes.get(token_hash)
+        if cached is not None and now - cached[0] < TOKEN_CACHE_S:
+            return cached[1]
+        scope = _hash(await self.client.hgetall(keys.token(token_hash)))
+        if scope:
+            self.scopes.put(token_hash, (now, scope))
+        else:
+            self.scopes.drop(token_hash)
         return scope
+
+    async def revoke_agent_token(self, project_id: str, agent_id: str) -> None:
+        """Revoke the agent's live token (nothing to do when it has none)."""
+        old = await self.client.getdel(keys.agent_token(project_id, agent_id))
+        if old:
+            await self.client.delete(keys.token(str(old)))
+            self.scopes.drop(str(old))
+
+    async def replace_agent_token(self, project_id: str, agent_id: str, token_hash: str) -> None:
+        """Give the agent a new token; the old one is revoked."""
+        await self.client.hset(keys.token(token_hash), mapping={
+            "kind": "agent", "project_id": project_id, "agent_id": agent_id})
+        old = await self.client.set(keys.agent_token(project_id, agent_id), token_hash, get=True)
+        if old and str(old) != token_hash:
+            await self.client.delete(keys.token(str(old)))
+            self.scopes.drop(str(old))
 
     async def identity(self, project_id: str, agent_id: str) -> Json | None:
         """An agent's id, name, ref, bound source and project key (cached), or None."""
@@ -132,6 +160,7 @@ class Store:
             keys.token(token_hash),
             mapping={"kind": "agent", "project_id": pid, "agent_id": agent["id"]},
         )
+        await self.client.set(keys.agent_token(pid, agent["id"]), token_hash)
         for _ in range(REF_ATTEMPTS):
             agent["ref"] = ids.new_ref()
             try:
@@ -145,6 +174,7 @@ class Store:
             if done:
                 return agent
         await self.client.delete(keys.token(token_hash))
+        await self.client.delete(keys.agent_token(pid, agent["id"]))
         raise RuntimeError("no free agent ref after several tries")
 
     async def get_agent(self, project_id: str, agent_id: str) -> Json | None:

@@ -1,0 +1,77 @@
+"""Tokens are revoked and rotated (API.md: Authentication).
+
+Retiring or closing an agent revokes its token at once: every face answers
+401 from then on. Rotation issues a new token and revokes the old one, and a
+second API process refuses the revoked token too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Agent, Project
+
+MCP_ACCEPT = "application/json, text/event-stream"
+# How long another API process may still trust a token's cached scope.
+TOKEN_CACHE_S = 1.0
+
+
+def _faces(url: str, token: str) -> dict[str, int]:
+    """The status of one request per face with ``token``."""
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=auth, timeout=10) as http:
+        codes = {
+            "send": http.post("/v1/messages", json={"to": ["Bob"], "subject": "s",
+                                                    "body_md": "x"}).status_code,
+            "inbox": http.get("/v1/agents/me/inbox").status_code,
+            "presence": http.put("/v1/agents/me/presence", json={"state": "busy"}).status_code,
+            "subscribe": http.post("/v1/subscriptions", json={"target": "Bob"}).status_code,
+            "mcp": http.post("/mcp", headers={"Accept": MCP_ACCEPT}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code,
+        }
+        with http.stream("GET", "/v1/agents/me/events") as events:
+            codes["events"] = events.status_code
+    return codes
+
+
+@pytest.mark.parametrize("action", ["retire", "close"])
+def test_retiring_or_closing_revokes_the_token_on_every_face(project: Project, action: str):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    url, token = project.stack.api_url, alice.row["token"]
+    assert set(_faces(url, token).values()) <= {200, 201}
+    project.admin.http.post(f"/v1/projects/{project.project_id}/agents/{alice.id}/{action}")
+    after = _faces(url, token)
+    assert after == dict.fromkeys(after, 401), after
+
+
+def test_rotation_issues_a_new_token_and_revokes_the_old(project: Project):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    url, old = project.stack.api_url, alice.row["token"]
+    path = f"/v1/projects/{project.project_id}/agents/{alice.id}/token"
+    # another API process that has seen the old token working
+    _, other = project.stack.start_api()
+    assert httpx.get(f"{other}/v1/agents/me/inbox",
+                     headers={"Authorization": f"Bearer {old}"}).status_code == 200
+    refused = httpx.post(url + path, headers={"Authorization": f"Bearer {old}"})
+    assert refused.status_code == 403  # an agent cannot rotate its own token
+    rotated = project.admin.http.post(path)
+    assert rotated.status_code == 201, rotated.text
+    new = rotated.json()["token"]
+    assert new != old and rotated.json()["agent_id"] == alice.id
+    assert _faces(url, old) == dict.fromkeys(_faces(url, old), 401)
+    assert set(_faces(url, new).values()) <= {200, 201}
+    time.sleep(TOKEN_CACHE_S + 0.2)
+    for base in (url, other):
+        got = httpx.get(f"{base}/v1/agents/me/inbox", headers={"Authorization": f"Bearer {old}"})
+        assert got.status_code == 401, base
+        assert got.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_retired_agent_gets_no_new_token(project: Project):
+    alice: Agent = project.agent("Alice")
+    project.admin.http.post(f"/v1/projects/{project.project_id}/agents/{alice.id}/retire")
+    got = project.admin.http.post(f"/v1/projects/{project.project_id}/agents/{alice.id}/token")
+    assert got.status_code == 422 and got.json()["error"]["details"]["field"] == "agent_id"
