@@ -2,8 +2,8 @@
 
 Each message is admitted by the admission script with the keys and arguments
 ``Store.admit`` builds (its call is captured and sent down a pipeline instead
-of one round trip per message), and delivered by ``DeliveryStore.lease`` and
-the inbox transport, as a worker does. The key layout is therefore the
+of one round trip per message), and delivered by the worker's ``Dispatcher``
+with the inbox transport, as a delivery task does. The key layout is therefore the
 product's by construction; only HTTP, validation and Celery are skipped.
 Messages are copies of one message sent through the API, each with its own id
 and thread.
@@ -30,11 +30,11 @@ from messaging.store.scripts import Scripts
 from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
 from messaging.timefmt import now_us
+from workers.dispatch import Dispatcher
 from workers.transports.inbox import InboxTransport
 
 CHUNK = 1_000  # messages admitted down one pipeline, then delivered
 DELIVER_BATCH = 100  # deliveries per lease and inbox script (as one task carries)
-LEASE_MS = 60_000
 # Processes side by side, so the store works while a client builds its next chunk.
 PROCESSES = 2
 # A message admitted without an explicit policy: the script decides (as a send does).
@@ -92,11 +92,12 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
     capture = _Capture()
     store = Store(aioredis.Redis())  # never connects: its script call is captured
     store.scripts.admit_message = capture
-    workers = DeliveryStore(client)
-    inbox = InboxTransport()
+    settings = get_settings().model_copy(update={"redis_url": url})
+    dispatcher = Dispatcher(DeliveryStore(client), settings)
+    inbox = InboxTransport(settings)
     template = json.loads(template_json)
     words = random.Random(seed)
-    grace_ms = int(get_settings().outbox_grace_s * 1000)
+    grace_ms = int(settings.outbox_grace_s * 1000)
     try:
         for start in range(0, count, CHUNK):
             dids = [ids.new_delivery_id(project_id) for _ in range(min(CHUNK, count - start))]
@@ -113,10 +114,9 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
                 raise BenchError(f"preload: {len(refused)} admissions refused: {refused[0]}")
             for b in range(0, len(dids), DELIVER_BATCH):
                 batch = dids[b:b + DELIVER_BATCH]
-                leased = workers.lease(project_id, batch, LEASE_MS, True)
-                if len(leased) != len(batch):
-                    raise BenchError(f"preload: leased {len(leased)} of {len(batch)}")
-                inbox.deliver(workers, project_id, leased)
+                counts, leased = dispatcher.run(inbox, project_id, batch)
+                if counts.get("accepted") != len(batch):
+                    raise BenchError(f"preload: {dict(counts)} of {len(batch)} deliveries")
                 if vocabulary:
                     index_messages(client, project_id, {
                         lease.message_id: {lease.agent_id, lease.sender_id} for lease in leased})

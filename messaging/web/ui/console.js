@@ -207,6 +207,7 @@ function timeline(d) {
       outcome, d.held ? badge("held", "warn") : null,
       d.target === "pending" ? badge("pending name", "warn") : null),
     el("ol", {class: "timeline"}, steps),
+    d.error ? el("p", {class: "error delivery-error"}, d.error) : null,
     attempts.length ? el("ul", {class: "attempts"}, attempts) : null);
 }
 
