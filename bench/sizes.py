@@ -24,10 +24,14 @@ class Sizes:
     scale_concurrency: int = 1
     inbox_limit: int = 50
     inbox_cursors: int = 200
+    # Search: stored messages at its large point, and how long each query runs.
+    search_large: int = 1_000_000
+    search_query_s: float = 5.0
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
 
 FULL = Sizes()
 QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
-              memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0)
+              memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
+              search_large=3_000, search_query_s=0.3)
