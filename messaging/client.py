@@ -1,4 +1,4 @@
-"""A Python client for agent hosts: every call of API.md, errors as exceptions.
+"""A Python client for agent hosts: every call of docs/http-api.md, errors as exceptions.
 
     client = CourierClient("http://127.0.0.1:8787", token=agent_token)
     sent = client.send(to=["Bob"], subject="Handoff", body_md="# Next\n...")
@@ -208,7 +208,7 @@ class CourierClient:
 
     def send(self, to: list[str] | str, subject: str | None = None, body_md: str | None = None,
              **fields: Any) -> Json:
-        """Send a message (agent token); see API.md for the fields."""
+        """Send a message (agent token); see docs/http-api.md for the fields."""
         body: Json = {"to": [to] if isinstance(to, str) else to, **fields}
         if subject is not None:
             body["subject"] = subject

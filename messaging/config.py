@@ -1,4 +1,4 @@
-"""Settings, read from the environment with the prefix ``COURIER_`` (see API.md)."""
+"""Settings from the environment, prefix ``COURIER_`` (docs/http-api.md, Configuration)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ RECIPIENT_REASON_ORDER: tuple[str, ...] = (
 
 
 class CourierError(Exception):
-    """An error with an API.md code; ``persisted`` is False unless said otherwise."""
+    """An error with a code of the HTTP API's table; ``persisted`` is False unless said so."""
 
     def __init__(
         self,
@@ -79,7 +79,7 @@ class CourierError(Exception):
         return STATUS_BY_CODE[self.code]
 
     def body(self) -> dict[str, Any]:
-        """The error as API.md's JSON shape."""
+        """The error in the HTTP API's JSON shape."""
         return {
             "persisted": self.persisted,
             "error": {"code": self.code, "message": self.message, "details": self.details},

@@ -1,4 +1,4 @@
-"""Request models of the HTTP contract (API.md); no extra fields, strict types."""
+"""Request models of the HTTP contract (docs/http-api.md); no extra fields, strict types."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ async def send(
     """Admit a message: all recipients or nothing; publish its deliveries.
 
     Raises:
-        CourierError: any rejection of API.md's Sending section; nothing stored.
+        CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
     """
     project_id, sender_id = caller.require_agent()
     _validate(settings, body)

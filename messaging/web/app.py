@@ -1,4 +1,4 @@
-"""The HTTP API of API.md: the app factory, its lifespan, error handlers and routers.
+"""The HTTP API (docs/http-api.md): the app factory, its lifespan, error handlers and routers.
 
 ``create_app()`` builds the app; ``app`` is the one uvicorn serves
 (``messaging.web.app:app``).

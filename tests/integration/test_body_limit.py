@@ -1,4 +1,4 @@
-"""The body limit counts the bytes received, chunked or not (API.md: Operations/Limits).
+"""The body limit counts the bytes received, chunked or not (docs/http-api.md: Operations/Limits).
 
 A request body over ``COURIER_MAX_BODY_BYTES`` plus 64 KiB is 413
 ``BODY_TOO_LARGE`` as soon as that many bytes have arrived, before anything is

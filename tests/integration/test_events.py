@@ -1,4 +1,4 @@
-"""The live event stream (API.md: Reading, ``GET /v1/agents/me/events``) over real HTTP.
+"""The live event stream (docs/http-api.md: Reading, ``GET /v1/agents/me/events``) over real HTTP.
 
 New mail as ``message`` events (``wake`` false for quiet mail), idle notices,
 the delivery changes of one's own sends, and resuming with ``Last-Event-ID``.

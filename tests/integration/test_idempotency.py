@@ -1,4 +1,4 @@
-"""Idempotency of sends and replies (API.md, Sending: Idempotency), on the real stack.
+"""Idempotency of sends and replies (docs/http-api.md, Sending: Idempotency), on the real stack.
 
 "Nothing new stored" is checked in the store: every key of the project, found
 with SCAN on its hash tag, is the same before and after a replay.

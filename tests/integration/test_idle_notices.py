@@ -1,4 +1,4 @@
-"""Idle notices (API.md: Idle notices) on the real store, API and worker.
+"""Idle notices (docs/http-api.md: Idle notices) on the real store, API and worker.
 
 One notice per subscription, exactly once: when the target goes idle or exits,
 or ``expired`` when its time runs out; at once for a target already idle; after

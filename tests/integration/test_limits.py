@@ -1,4 +1,4 @@
-"""One way in, limits on every face (API.md: Authentication, Operations/Limits).
+"""One way in, limits on every face (docs/http-api.md: Authentication, Operations/Limits).
 
 REST, the event stream, subscriptions and MCP admit their callers through the
 same gate: a token over its rate gets 429 on every face, requests without a

@@ -1,4 +1,4 @@
-"""The MCP server at /mcp (API.md: MCP), through the official SDK's client over real HTTP.
+"""The MCP server at /mcp (docs/http-api.md: MCP), through the official SDK's client over real HTTP.
 
 Each tool returns its HTTP twin's JSON; a refusal is a tool error carrying the
 API's error object; the endpoint takes agent tokens only. The last test is the

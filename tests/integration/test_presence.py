@@ -1,4 +1,4 @@
-"""Presence (API.md: Projects and agents, Sending warnings) on the real stack.
+"""Presence (docs/http-api.md: Projects and agents, Sending warnings) on the real stack.
 
 Exited recipients and lost sources are covered in ``test_send_rules.py``.
 """

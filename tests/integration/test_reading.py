@@ -1,4 +1,4 @@
-"""Resolution and reading (API.md: Projects and agents, Sending, Reading), on the real stack.
+"""Resolution and reading (docs/http-api.md: Projects and agents, Sending, Reading), real stack.
 
 Who gets a bare-name send, pinning, the inbox and its cursor, filters, read and
 ack, bcc privacy, replies, threads, deliveries, and history after retire/close.

@@ -1,4 +1,4 @@
-"""Search (API.md: Search) on the real stack: the index is filled by the worker after delivery.
+"""Search (docs/http-api.md: Reading) on the real stack: the worker fills the index after delivery.
 
 Words, prefixes, accents and case, topic, sender, time range, cursors, bcc
 privacy, quiet mail, and what a caller may not see.

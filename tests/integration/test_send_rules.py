@@ -1,4 +1,4 @@
-"""Admission rules of API.md's Sending section, on the real stack.
+"""Admission rules (docs/http-api.md, Sending), on the real stack.
 
 Every rejection is checked twice: the answer (status, code, ``persisted: false``)
 and the store itself, where a rejected send must leave every key of the project

@@ -1,4 +1,4 @@
-"""Event streams cannot starve the API (API.md: Operations/Limits, event stream).
+"""Event streams cannot starve the API (docs/http-api.md: Operations/Limits, event stream).
 
 Many open streams hold no connection the rest of the API needs: with 120
 streams open across 30 agents, other agents still send and read. An agent

@@ -1,4 +1,4 @@
-"""The webhook transport against a real receiver on loopback (API.md, Webhook transport)."""
+"""The webhook transport against a real receiver on loopback (docs/http-api.md, Webhooks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Errors: every code of API.md has its status, and every error one body shape."""
+"""Errors: every code of the HTTP API has its status, and every error one body shape."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from messaging.errors import (
     store_unavailable,
 )
 
-# The error codes API.md names, with their statuses.
+# The error codes docs/http-api.md names, with their statuses.
 API_MD_CODES = {
     "UNAUTHENTICATED": 401,
     "FORBIDDEN": 403,

@@ -1,4 +1,4 @@
-"""The request models of API.md: what they accept and what they refuse.
+"""The request models of the HTTP API: what they accept and what they refuse.
 
 Bodies are validated as the API validates them: JSON decoded first, then the
 model in Python mode (FastAPI's way).
