@@ -1,9 +1,11 @@
 """Publishing delivery tasks to the broker, by name, one queue per transport.
 
 The API hands admitted deliveries to a ``BatchPublisher``: a thread that
-groups them per (project, transport) and publishes one task per group, off
-the request's critical path. A failed publish loses nothing: the delivery is
-already in the store's outbox, and the sweeper publishes it again.
+groups them per (project, transport) and publishes one task per group. Each
+``submit`` returns a future that says whether the batch carrying that
+delivery was published, so an answer can tell about its own send. A failed
+publish loses nothing: the delivery is already in the store's outbox, and the
+sweeper publishes it again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import Future
 
 from celery import Celery
 from kombu.exceptions import ChannelError
@@ -96,13 +99,16 @@ class Publisher:
         self.app.close()
 
 
+# One delivery to publish (project, transport, delivery id) and what its sender awaits.
+Submitted = tuple[tuple[str, str, str], Future[bool]]
+
+
 class BatchPublisher:
     """A background thread that publishes what the API admitted, in batches."""
 
     def __init__(self, publisher: Publisher) -> None:
         self.publisher = publisher
-        self.pending: queue.SimpleQueue[tuple[str, str, str] | None] = queue.SimpleQueue()
-        self.broker_ok = True
+        self.pending: queue.SimpleQueue[Submitted | None] = queue.SimpleQueue()
         self.failures = 0
         self._thread = threading.Thread(target=self._run, name="courier-publisher", daemon=True)
 
@@ -110,9 +116,15 @@ class BatchPublisher:
         """Start the thread."""
         self._thread.start()
 
-    def submit(self, project_id: str, transport: str, delivery_id: str) -> None:
-        """Queue one delivery for publishing; never blocks."""
-        self.pending.put((project_id, transport, delivery_id))
+    def submit(self, project_id: str, transport: str, delivery_id: str) -> Future[bool]:
+        """Queue one delivery for publishing; never blocks.
+
+        The future becomes True once the batch carrying it is published, False
+        if that publish failed (the outbox keeps the delivery).
+        """
+        published: Future[bool] = Future()
+        self.pending.put(((project_id, transport, delivery_id), published))
+        return published
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Publish what is queued, then stop the thread."""
@@ -120,7 +132,7 @@ class BatchPublisher:
         self._thread.join(timeout_s)
         self.publisher.close()
 
-    def _take_batch(self) -> tuple[list[tuple[str, str, str]], bool]:
+    def _take_batch(self) -> tuple[list[Submitted], bool]:
         try:
             first = self.pending.get(timeout=IDLE_WAIT_S)
         except queue.Empty:
@@ -145,10 +157,13 @@ class BatchPublisher:
             if not batch:
                 continue
             try:
-                self.publisher.publish_grouped(batch)
-                self.broker_ok = True
+                self.publisher.publish_grouped(item for item, _ in batch)
+                ok = True
             except Exception:  # the outbox keeps them; the sweeper publishes again
-                self.broker_ok = False
+                ok = False
                 self.failures += 1
                 log.warning("publish of %d deliveries failed; the outbox keeps them", len(batch))
+            for _, published in batch:
+                published.set_result(ok)
+            if not ok:
                 time.sleep(IDLE_WAIT_S)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,18 +43,37 @@ REASON_CODES = {
 WARN_UNKNOWN = "{r}: unknown standalone state is not proof of death"
 WARN_EXITED = "{r}: exited; the mail waits until its host resumes it"
 WARN_BROKER = (
-    "dispatch deferred: the broker was unreachable; the outbox keeps the delivery and "
-    "publishes it when the broker returns"
+    "dispatch deferred: publishing this send's deliveries to the broker failed; the outbox "
+    "keeps them and they are published when the broker returns"
 )
+WARN_UNCONFIRMED = (
+    "dispatch deferred: the broker had not confirmed this send's deliveries within {ms} ms; "
+    "the outbox keeps them and publishes them again if this publish does not go through"
+)
+# How long an answer waits for the broker to take this send's deliveries.
+PUBLISH_WAIT_S = 1.0
 NOTE_STORED = "storage is not task acceptance"
 
 
 class Dispatcher(Protocol):
     """Where admitted deliveries go to be published."""
 
-    broker_ok: bool
+    def submit(self, project_id: str, transport: str, delivery_id: str) -> Future[bool]:
+        """Queue a delivery; the future says whether its publish went through."""
+        ...
 
-    def submit(self, project_id: str, transport: str, delivery_id: str) -> None: ...
+
+async def dispatch_warning(published: list[Future[bool]]) -> str | None:
+    """What an answer must say of publishing these deliveries, waiting briefly for it."""
+    if not published:
+        return None
+    waiting = [asyncio.wrap_future(f) for f in published]
+    done, _ = await asyncio.wait(waiting, timeout=PUBLISH_WAIT_S)
+    if len(done) < len(waiting):
+        return WARN_UNCONFIRMED.format(ms=int(PUBLISH_WAIT_S * 1000))
+    if not all(f.result() for f in done):
+        return WARN_BROKER
+    return None
 
 
 @dataclass
@@ -212,22 +233,23 @@ async def send(
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
     status = answer["status"]
     if status == "ok":
-        for obs in answer["observations"]:
-            dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
+        published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
+                     for obs in answer["observations"]]
         # What the script stored, without reading it back.
         written = {"json": message_json, "created_us": answer["created_us"],
                    "policy": answer["policy"], "observations": answer["observations"]}
-        return Sent(201, _answer(written, replay=False, broker_ok=dispatcher.broker_ok))
+        warning = await dispatch_warning(published)
+        return Sent(201, _answer(written, replay=False, dispatch=warning))
     if status == "replay":
         stored = await store.get_message(project_id, answer["message_id"])
         if stored is None:
             raise not_found("message")
         stored["observations"] = answer["observations"]
-        return Sent(200, _answer(stored, replay=True, broker_ok=True))
+        return Sent(200, _answer(stored, replay=True, dispatch=None))
     raise await _rejection(store, project_id, answer)
 
 
-def _answer(record: Json, *, replay: bool, broker_ok: bool) -> Json:
+def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:
     observations = record["observations"]
     if isinstance(observations, str):
         observations = json.loads(observations)
@@ -237,8 +259,8 @@ def _answer(record: Json, *, replay: bool, broker_ok: bool) -> Json:
             warnings.append(WARN_UNKNOWN.format(r=obs["recipient"]))
         elif obs["presence"] == "exited":
             warnings.append(WARN_EXITED.format(r=obs["recipient"]))
-    if not broker_ok:
-        warnings.append(WARN_BROKER)
+    if dispatch is not None:
+        warnings.append(dispatch)
     view = message_view(record, full=True)
     return {
         "persisted": True, "idempotent_replay": replay, **view,

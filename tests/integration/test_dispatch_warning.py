@@ -1,0 +1,46 @@
+"""The broker warning describes this send (API.md: Sending, warnings).
+
+An answer waits briefly for the publish of the batch carrying its own
+deliveries: a send while the broker is up has no "dispatch deferred" warning,
+and the very first send after the broker dies has it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from messaging.runtime.embedded import EmbeddedStore
+from tests.stack import free_port, make_stack
+
+DEFERRED = "dispatch deferred"
+
+
+def _deferred(sent: dict) -> list[str]:
+    return [w for w in sent["delivery"]["warnings"] if w.startswith(DEFERRED)]
+
+
+@pytest.mark.timeout(120)
+def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path):
+    broker = EmbeddedStore(tmp_path / "broker", port=free_port())
+    broker.start()
+    stack = make_stack(tmp_path / "stack", broker_url=broker.url)
+    try:
+        with stack.operator() as op:
+            p = op.create_project(f"/srv/{uuid.uuid4().hex}")
+        with stack.client(p["token"]) as admin:
+            alice = stack.client(admin.register_agent(p["project_id"], "Alice")["token"])
+            admin.register_agent(p["project_id"], "Bob")
+        up = [alice.send(["Bob"], f"while up {n}", "x") for n in range(3)]
+        assert [_deferred(s) for s in up] == [[], [], []]
+        broker.stop()
+        first = alice.send(["Bob"], "first after the broker died", "x")
+        assert _deferred(first), first["delivery"]["warnings"]
+        second = alice.send(["Bob"], "second", "x")
+        assert _deferred(second)
+        alice.close()
+    finally:
+        stack.stop()
+        broker.stop()
