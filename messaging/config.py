@@ -15,6 +15,7 @@ from messaging.store.connect import is_cluster
 
 OPERATOR_TOKEN_FILE = "operator-token"
 EMBEDDED_URL_FILE = "store-url"
+STORE_PASSWORD_FILE = "store-password"
 
 
 class SettingsError(ValueError):
@@ -84,7 +85,10 @@ class Settings(BaseSettings):
         """The store's URL: the configured one, or the embedded server's."""
         if self.redis_url:
             return self.redis_url
-        return f"redis://127.0.0.1:{self.embedded_port}/0"
+        # The embedded server's password, generated into the data dir when it first started.
+        password = self.data_dir / STORE_PASSWORD_FILE
+        secret = password.read_text().strip() if password.exists() else ""
+        return f"redis://:{secret}@127.0.0.1:{self.embedded_port}/0"
 
     @property
     def retention_s(self) -> float:

@@ -8,7 +8,13 @@ data dir. Layout of the data dir::
     <data_dir>/store/        the server's working dir (AOF in appendonlydir/)
     <data_dir>/store.log     the server's output, appended across runs
     <data_dir>/store.lock    held (flock) while a server runs on this dir
-    <data_dir>/store-url     the running server's URL, removed on stop
+    <data_dir>/store-url     the running server's URL (with its password), removed on stop
+    <data_dir>/store-password the server's password, generated once
+    <data_dir>/store.conf    the server's config file (holds the password, never argv)
+
+The server listens on loopback only (unless told otherwise), keeps
+``protected-mode`` on and requires its password; the data dir is readable by
+its owner only (0700) and every file in it, the AOF included, is 0600.
 
 ``python -m messaging.runtime.embedded`` runs the store from the settings until
 SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
@@ -19,7 +25,8 @@ runner (honcho stops everything when one process exits) keeps the rest up.
 from __future__ import annotations
 
 import fcntl
-import ipaddress
+import os
+import secrets
 import subprocess
 import sys
 import time
@@ -30,12 +37,14 @@ from typing import IO
 import redis
 from redis.exceptions import RedisClusterException
 
-from messaging.config import EMBEDDED_URL_FILE, get_settings
+from messaging.config import EMBEDDED_URL_FILE, STORE_PASSWORD_FILE, get_settings
 from messaging.store import connect
 
 STORE_SUBDIR = "store"
 LOG_FILE = "store.log"
 LOCK_FILE = "store.lock"
+CONF_FILE = "store.conf"
+PASSWORD_BYTES = 32
 FSYNC_POLICIES = ("always", "everysec", "no")
 # How often start() and wait_ready() try the server again while waiting.
 POLL_INTERVAL_S = 0.05
@@ -70,10 +79,17 @@ class EmbeddedStore:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lock: IO[bytes] | None = None
+        self.password = store_password(self.data_dir) if self.data_dir.is_dir() else ""
 
     @property
     def url(self) -> str:
-        """The server's ``redis://`` URL, database 0."""
+        """The server's ``redis://`` URL with its password, database 0."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"redis://:{self.password}@{host}:{self.port}/0"
+
+    @property
+    def public_url(self) -> str:
+        """The server's URL without its password, to show."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"redis://{host}:{self.port}/0"
 
@@ -114,10 +130,22 @@ class EmbeddedStore:
             # kilobyte or so: listpack keeps them at about half the memory.
             "--hash-max-listpack-value", str(HASH_LISTPACK_VALUE_BYTES),
         ]  # fmt: skip
-        if _is_loopback(self.host):
-            # Loopback only: no one else can connect, so no password is needed.
-            args += ["--protected-mode", "no"]
-        return args
+        # The password is in the config file (0600), never on the command line.
+        return [args[0], str(self.conf_path), *args[1:]]
+
+    @property
+    def conf_path(self) -> Path:
+        """The server's config file: the password."""
+        return self.data_dir / CONF_FILE
+
+    def _lock_down(self) -> None:
+        """Make the data dir the owner's alone, with the password and config file in it."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)
+        for path in self.data_dir.rglob("*"):
+            path.chmod(0o700 if path.is_dir() else 0o600)
+        self.password = store_password(self.data_dir)
+        _write_private(self.conf_path, f"requirepass {self.password}\n")
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Start the server and wait until it answers PING.
@@ -128,10 +156,12 @@ class EmbeddedStore:
         """
         if self._proc is not None:
             return
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_down()
+        self.store_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._take_lock()
         try:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - open while the server runs
+            self.log_path.chmod(0o600)
             # A session of its own: a Ctrl-C meant for our terminal must not reach
             # the server before the processes that use it have stopped.
             self._proc = subprocess.Popen(
@@ -140,12 +170,13 @@ class EmbeddedStore:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                umask=0o077,  # the AOF and everything else it writes: owner only
             )
             self._wait_until_serving(self._proc, timeout_s)
         except BaseException:
             self.stop()
             raise
-        (self.data_dir / EMBEDDED_URL_FILE).write_text(self.url + "\n")
+        _write_private(self.data_dir / EMBEDDED_URL_FILE, self.url + "\n")
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the server: SIGTERM (it flushes and fsyncs the AOF), then SIGKILL."""
@@ -179,6 +210,7 @@ class EmbeddedStore:
     def _take_lock(self) -> None:
         """Hold the data dir's lock: two servers on one AOF would corrupt it."""
         lock = open(self.data_dir / LOCK_FILE, "ab")  # noqa: SIM115 - held while running
+        (self.data_dir / LOCK_FILE).chmod(0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -193,6 +225,7 @@ class EmbeddedStore:
         client = redis.Redis(
             host=self.host,
             port=self.port,
+            password=self.password,
             socket_timeout=PROBE_TIMEOUT_S,
             socket_connect_timeout=PROBE_TIMEOUT_S,
         )
@@ -256,14 +289,21 @@ def wait_ready(url: str, timeout_s: float) -> None:
         time.sleep(POLL_INTERVAL_S)
 
 
-def _is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (created 0600, never readable in between)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    path.chmod(0o600)
+
+
+def store_password(data_dir: Path) -> str:
+    """The embedded store's password, generated into the data dir the first time."""
+    path = data_dir / STORE_PASSWORD_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _write_private(path, secrets.token_urlsafe(PASSWORD_BYTES) + "\n")
+    return path.read_text().strip()
 
 
 def main() -> int:
@@ -282,7 +322,8 @@ def main() -> int:
         except EmbeddedStoreError as exc:
             print(exc, file=sys.stderr)
             return 1
-        print(f"store: {store.url}, data in {store.store_dir}, log in {store.log_path}", flush=True)
+        print(f"store: {store.public_url} (password in {store.data_dir / STORE_PASSWORD_FILE}), "
+              f"data in {store.store_dir}, log in {store.log_path}", flush=True)
         try:
             while not stopping.wait(POLL_INTERVAL_S * 10):
                 code = store.poll()

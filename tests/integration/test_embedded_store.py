@@ -15,6 +15,7 @@ import redis
 
 from messaging.config import EMBEDDED_URL_FILE
 from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from tests.stack import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,12 +108,15 @@ def test_module_runs_the_store_until_sigterm(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
     env.update(COURIER_DATA_DIR=str(tmp_path), COURIER_EMBEDDED_PORT=str(port))
-    url = f"redis://127.0.0.1:{port}/0"
+    shown = f"redis://127.0.0.1:{port}/0"
     with subprocess.Popen(
         [sys.executable, "-m", "messaging.runtime.embedded"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     ) as proc:  # fmt: skip
         try:
+            password = tmp_path / "store-password"
+            wait_until(password.exists, 15, what="the store's password")
+            url = f"redis://:{password.read_text().strip()}@127.0.0.1:{port}/0"
             wait_ready(url, timeout_s=15)
             with redis.Redis.from_url(url) as client:
                 client.set("k", "v")
@@ -120,7 +124,7 @@ def test_module_runs_the_store_until_sigterm(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
             output, _ = proc.communicate(timeout=10)
     assert proc.returncode == 0, output
-    assert url.encode() in output
+    assert shown.encode() in output and password.read_text().strip().encode() not in output
     with pytest.raises(TimeoutError):
         wait_ready(url, timeout_s=0.2)
     with EmbeddedStore(tmp_path, port) as store, redis.Redis.from_url(store.url) as client:
