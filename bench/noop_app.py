@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import time
 
-import redis
 from celery import Celery
 
 from messaging.config import Settings, get_settings
 from messaging.runtime.celeryconf import celery_config
+from messaging.store import connect
 
 NOOP_TASK = "bench.noop"
 STAMP_TASK = "bench.stamp"
@@ -27,14 +27,15 @@ NOOP_QUEUE = "bench.noop"
 app = Celery("bench-noop")
 app.conf.update(celery_config(get_settings()))
 
-_client: tuple[int, redis.Redis] | None = None
+_client: tuple[int, connect.SyncClient] | None = None
 
 
-def client() -> redis.Redis:
+def client() -> connect.SyncClient:
     """This process's store connection (made after fork)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), redis.Redis.from_url(get_settings().store_url))
+        url = get_settings().store_url
+        _client = (os.getpid(), connect.sync_client(url, decode_responses=False))
     return _client[1]
 
 

@@ -25,6 +25,7 @@ from bench.population import Agent
 from bench.procs import BenchError
 from messaging import ids
 from messaging.config import get_settings
+from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.scripts import Scripts
 from messaging.store.searchindex import index_messages
@@ -87,7 +88,7 @@ def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict
 
 def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
              count: int, vocabulary: tuple[str, ...], seed: int) -> None:
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = connect.sync_client(url)
     admit_script = Scripts(client).admit_message
     capture = _Capture()
     store = Store(aioredis.Redis())  # never connects: its script call is captured

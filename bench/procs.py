@@ -23,11 +23,11 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-import redis
 
 from messaging.config import Settings
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.runtime.supervisor import API_APP, CELERY_APP, process_table
+from messaging.store import connect
 
 ROOT = Path(os.path.abspath(__file__)).parent.parent
 START_TIMEOUT_S = 60.0
@@ -172,9 +172,9 @@ class Cluster:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def redis(self) -> redis.Redis:
+    def redis(self) -> connect.SyncClient:
         """A client of the store (decoded answers)."""
-        return redis.Redis.from_url(self.store.url, decode_responses=True)
+        return connect.sync_client(self.store.url)
 
     def spawn(self, name: str, command: list[str], settings: Settings) -> Proc:
         """Start ``command`` in the repository root with the cluster's environment."""
