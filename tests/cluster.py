@@ -68,7 +68,7 @@ class EmbeddedCluster:
             if create.returncode != 0:
                 raise RuntimeError(f"valkey-cli --cluster create failed:\n{create.stdout}"
                                    f"{create.stderr}")
-            self._wait_whole()
+            self.wait_whole()
         except BaseException:
             self.stop()
             raise
@@ -78,7 +78,7 @@ class EmbeddedCluster:
         for node in self.nodes:
             node.stop()
 
-    def _wait_whole(self) -> None:
+    def wait_whole(self) -> None:
         """Wait until each node reports ``cluster_state:ok`` and knows every other node."""
         deadline = time.monotonic() + CREATE_TIMEOUT_S
         for node in self.nodes:

@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # A connection idle this long is checked with PING before it is used again.
@@ -31,6 +32,11 @@ POOL_WAIT_S = 5.0
 
 SyncClient = redis.Redis | RedisCluster
 AsyncClient = aioredis.Redis | AsyncRedisCluster
+
+# What the client raises when the store cannot answer now: a server down or
+# slow, or a cluster that lost a node, is moving a slot, or cannot be reached.
+STORE_DOWN: tuple[type[Exception], ...] = (
+    redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError, RedisClusterException)
 
 
 class StoreUrlError(ValueError):

@@ -23,6 +23,7 @@ from messaging.models import field_path
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
+from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web import metrics
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
@@ -126,8 +127,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
-    app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
-    app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
+    for store_down in STORE_DOWN:
+        app.add_exception_handler(store_down, _store_down)
     for module in (ops, projects, messages, deliveries, live, search, console, docs):
         app.include_router(module.router)
     return app

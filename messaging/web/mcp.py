@@ -41,6 +41,7 @@ from messaging.models import (
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller, bearer
+from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web import metrics
 from messaging.web.guard import Gate, client_address
@@ -122,7 +123,7 @@ async def run_tool(ctx: Context, call: Call, *, sends: bool = False) -> CallTool
         error = CourierError("INVALID_ARGUMENT", message, details)
     except redis.exceptions.OutOfMemoryError:
         error = store_full()
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+    except STORE_DOWN:
         error = store_unavailable()
     if sends:
         metrics.count_admission(error.code)

@@ -8,6 +8,7 @@ import redis.exceptions
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from messaging.store.connect import STORE_DOWN
 from messaging.web import metrics
 from messaging.web.deps import Svc, ok
 
@@ -30,7 +31,7 @@ async def readyz(svc: Svc) -> JSONResponse:
     try:
         store_ok = await svc.store.ping()
         used, limit = await svc.store.memory()
-    except redis.exceptions.RedisError:
+    except STORE_DOWN + (redis.exceptions.RedisError,):
         store_ok = False
     full = metrics.store_full(used, limit)
     try:

@@ -2,7 +2,7 @@
 
 The tests are the single-node suite's own, imported here so that they run
 again against this package's cluster stacks (see conftest.py). What is only
-true of a cluster is tested in test_sharding.py.
+true of a cluster is tested in test_sharding.py and test_cluster_faults.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from tests.integration.test_events import (
 )
 from tests.integration.test_idempotency import (
     test_a_replay_returns_the_stored_message_and_stores_nothing_new,
-    test_concurrent_identical_sends_admit_exactly_one_message,
 )
 from tests.integration.test_idle_notices import (
     test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream,
@@ -33,7 +32,6 @@ from tests.integration.test_reading import (
     test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps,
     test_fetching_records_delivery_observed_and_leaves_the_message_unread,
     test_message_deliveries_list_every_recipient_for_the_sender_and_the_project,
-    test_pages_of_seven_return_every_message_once_in_arrival_order,
 )
 from tests.integration.test_round_trip import (
     test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded,
@@ -56,10 +54,8 @@ __all__ = [
     "test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps",
     "test_beat_sends_the_expired_notice_when_the_time_runs_out",
     "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
-    "test_concurrent_identical_sends_admit_exactly_one_message",
     "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
     "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
     "test_new_mail_is_a_message_event_that_wakes_and_records_it_observed",
     "test_one_notice_per_subscription_when_50_presence_reports_race",
-    "test_pages_of_seven_return_every_message_once_in_arrival_order",
 ]
