@@ -34,6 +34,7 @@ from sse_starlette import ServerSentEvent
 from messaging.errors import CourierError, invalid
 from messaging.service import reading
 from messaging.service.caller import Caller
+from messaging.store.connect import STORE_DOWN
 from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -171,7 +172,7 @@ class Hub:
             try:
                 found = await self.store.live.read_events(
                     project_id, positions, READ_COUNT, READ_BLOCK_MS, self.store.waits)
-            except redis.exceptions.RedisError:
+            except STORE_DOWN + (redis.exceptions.RedisError,):
                 await asyncio.sleep(READ_RETRY_S)  # the store is away: wait, then read again
                 continue
             for one in list(self.listeners.get(project_id, ())):
