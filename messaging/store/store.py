@@ -124,13 +124,14 @@ class Store:
     async def create_project(self, project: Json, token_hash: str) -> bool:
         """Store a project and its token; False when its key is taken (nothing kept)."""
         pid = project["id"]
-        # One transaction: a full store refuses all of it (OOM), never half.
-        pipe = self.client.pipeline(transaction=True)
+        # The project and its token sit in two cluster slots: no transaction can
+        # hold both, so whatever a full store (OOM) let through is taken back below.
+        pipe = self.client.pipeline(transaction=False)
         pipe.hset(keys.project(pid), mapping={k: str(v) for k, v in project.items()})
         pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
-        await pipe.execute()
         claimed = False
         try:
+            await pipe.execute()
             claimed = bool(await self.client.set(keys.project_by_key(project["project_key"]),
                                                  pid, nx=True))
             if claimed:
