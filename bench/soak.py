@@ -62,6 +62,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=100.0, help="sends per second")
     p.add_argument("--retention-s", type=float, default=300.0)
     p.add_argument("--sample-s", type=float, default=15.0)
+    p.add_argument("--flower-max-tasks", type=int, default=None,
+                   help="Flower's task limit [default: Courier's]")
     p.add_argument("--quick", action="store_true", help="1 minute at 20/s, 15 s retention")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep", action="store_true", help="keep the temp dir with process logs")
@@ -263,9 +265,11 @@ def report(args: argparse.Namespace, samples: list[dict[str, Any]], minutes: lis
 
 def start(c: Cluster, args: argparse.Namespace) -> tuple[str, dict[str, int]]:
     """The API and the Procfile's other processes on the cluster; the URL and every pid."""
-    overrides = {"retention_days": args.retention_s / SECONDS_PER_DAY,
-                 "retention_interval_s": max(1.0, args.retention_s / 10),
-                 "flower_port": free_port()}
+    overrides: dict[str, object] = {"retention_days": args.retention_s / SECONDS_PER_DAY,
+                                    "retention_interval_s": max(1.0, args.retention_s / 10),
+                                    "flower_port": free_port()}
+    if args.flower_max_tasks:
+        overrides["flower_max_tasks"] = args.flower_max_tasks
     api, url = c.start_http(**overrides)
     settings = c.settings(**overrides)
     table = process_table(settings)
@@ -339,8 +343,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if not proc.alive():
                 raise BenchError(f"{proc.name} died:\n{proc.tail()}")
     hook_server.shutdown()
-    return report(args, samples, minutes, w, sent, min(2 * args.retention_s + 60,
-                                                       args.minutes * 30))
+    return report(args, samples, minutes, w, sent,
+                  min(2 * args.retention_s + 60, args.minutes * 30))
 
 
 def profile(workdir: Path, procs: dict[str, int], label: str, seconds: float) -> None:

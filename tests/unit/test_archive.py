@@ -1,0 +1,59 @@
+"""The archive file format and the retention rules, without a server."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from messaging.service import archive
+from messaging.store.retention import Stored, final, newest_us
+
+DAY = "2026-11-30"
+PID = "prj_0123456789ab"
+
+
+def test_appended_batches_read_back_with_the_last_line_of_each_id(tmp_path: Path) -> None:
+    archive.append(tmp_path, PID, DAY, [{"id": "msg_a", "created_ts": "2", "v": 1},
+                                        {"id": "msg_b", "created_ts": "1", "v": 1}])
+    archive.append(tmp_path, PID, DAY, [{"id": "msg_a", "created_ts": "2", "v": 2}])
+    path = archive.path(tmp_path, PID, DAY)
+    with gzip.open(path, "rt") as f:  # two gzip members, one stream for any reader
+        assert len(f.read().splitlines()) == 3
+    assert archive.read(tmp_path, PID, DAY) == [{"id": "msg_b", "created_ts": "1", "v": 1},
+                                               {"id": "msg_a", "created_ts": "2", "v": 2}]
+    assert archive.days(tmp_path, PID) == [DAY]
+
+
+@pytest.mark.parametrize(("project_id", "day"), [("../etc", DAY), (PID, "2026-1-1"),
+                                                 (PID, "../../x")])
+def test_a_malformed_project_or_day_names_no_file(tmp_path: Path, project_id: str,
+                                                   day: str) -> None:
+    with pytest.raises(ValueError):
+        archive.path(tmp_path, project_id, day)
+
+
+def test_day_of_is_the_utc_day() -> None:
+    assert archive.day_of(1_764_547_199_999_999) == "2025-11-30"
+    assert archive.day_of(1_764_547_200_000_000) == "2025-12-01"
+
+
+@pytest.mark.parametrize(("delivery", "is_final"), [
+    ({"outcome": "accepted", "lease_until_ms": "0"}, True),
+    ({"outcome": "unknown", "lease_until_ms": "0"}, True),
+    ({"outcome": "failed", "lease_until_ms": "0", "redrive": "1"}, False),  # redrive due
+    ({"outcome": "accepted", "lease_until_ms": "1764547200000"}, False),  # leased again
+    ({"stage": "target_selected", "lease_until_ms": "0"}, False),  # pending, held, waiting
+    ({"stage": "dispatch_started", "retry_at_ms": "1764547200000"}, False),  # retrying
+    ({"stage": "target_selected", "declined_us": "1"}, True),
+])
+def test_final_deliveries(delivery: dict[str, str], is_final: bool) -> None:
+    assert final(delivery) is is_final
+
+
+def test_newest_activity_is_the_latest_time_of_the_message_and_its_deliveries() -> None:
+    stored = Stored("msg_a", {"created_us": "10"}, [("dlv_a", "agt_a"), ("dlv_b", "agt_b")],
+                    [{"admitted_us": "10", "read_us": "40", "lease_until_ms": "99"},
+                     {"ack_us": "30", "outcome": "accepted"}])
+    assert newest_us(stored) == 40
