@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -240,7 +241,7 @@ def report(args: argparse.Namespace, samples: list[dict[str, Any]], minutes: lis
     store_slope = slope_per_h([(s["t_s"], s["store_used_bytes"] / 2**20) for s in after])
     # Bytes per stored message: the store's growth over the stored messages' growth
     # while nothing was old enough to be removed yet.
-    filling = [s for s in samples if s["t_s"] <= args.retention_s] or samples[:2]
+    filling = [s for s in samples if s["t_s"] <= (args.retention_s or math.inf)] or samples[:2]
     first, last = filling[0], filling[-1]
     grown = last["stored_messages"] - first["stored_messages"]
     per_message = ((last["store_used_bytes"] - first["store_used_bytes"]) / grown
