@@ -18,6 +18,7 @@ PER_EVENT_LOGGERS = (
     "celery.app.trace",  # Task ... succeeded in ...
     "celery.beat",  # Scheduler: Sending due task ...
     "uvicorn.access",  # one line per HTTP request
+    "httpx",  # HTTP Request: POST ... (one per webhook attempt)
 )
 
 

@@ -17,7 +17,7 @@ from redis.lock import Lock
 from messaging.store import keys
 from messaging.store.connect import SyncClient
 from messaging.store.scripts import source
-from messaging.store.searchindex import unindex_message
+from messaging.store.searchindex import unindex_messages
 
 Json = dict[str, Any]
 
@@ -133,10 +133,12 @@ class RetentionStore:
         args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
                 "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
         removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]
+        # Off the search index too (each viewer's word list keeps its words).
+        gone = []
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
-                # Off the search index too (each viewer's word list keeps its words).
                 msg = json.loads(stored.record["json"])
-                viewers = [msg["sender_id"], *(a for _, a in stored.pairs)]
-                unindex_message(self.client, project_id, stored.message_id, msg, viewers)
+                gone.append((stored.message_id, msg, [msg["sender_id"],
+                                                      *(a for _, a in stored.pairs)]))
+        unindex_messages(self.client, project_id, gone)
         return removed

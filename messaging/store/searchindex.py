@@ -75,13 +75,20 @@ def index_messages(client: SyncClient, project_id: str,
     return found
 
 
-def unindex_message(client: SyncClient, project_id: str, message_id: str, msg: Json,
-                    viewers: Iterable[str]) -> None:
-    """Remove a message from its viewers' postings (when it leaves the store)."""
+def unindex_messages(client: SyncClient, project_id: str,
+                     messages: Iterable[tuple[str, Json, Iterable[str]]]) -> None:
+    """Remove (message id, message, viewers) from their viewers' postings (when they leave
+    the store): one ZREM per posting, however many of the messages it holds."""
+    members: dict[str, list[str]] = {}
+    for message_id, msg, viewers in messages:
+        terms = message_terms(msg)
+        for viewer in _viewers(viewers):
+            for term in terms:
+                members.setdefault(keys.search_postings(project_id, viewer, term),
+                                   []).append(message_id)
     pipe = client.pipeline(transaction=False)
-    for viewer in _viewers(viewers):
-        for term in message_terms(msg):
-            pipe.zrem(keys.search_postings(project_id, viewer, term), message_id)
+    for key, ids in members.items():
+        pipe.zrem(key, *ids)
     pipe.execute()
 
 

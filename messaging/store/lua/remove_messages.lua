@@ -75,7 +75,7 @@ for _, m in ipairs(a.messages) do
 end
 
 local minid = string.format("%d", math.floor(cutoff / 1000))
-local ids = {}
+local ids, trimmed = {}, {}
 for _, r in ipairs(removed) do
   local mid, day, base, ndlv, nev = r[1], r[2], r[3], r[4], r[5]
   redis.call("DEL", KEYS[base])
@@ -94,7 +94,10 @@ for _, r in ipairs(removed) do
   local events_from = base + 2 + 2 * ndlv
   for j = events_from, events_from + nev - 1 do
     -- every event older than the cutoff: this message's and any other's
-    redis.call("XTRIM", KEYS[j], "MINID", minid)
+    if not trimmed[KEYS[j]] then
+      redis.call("XTRIM", KEYS[j], "MINID", minid)
+      trimmed[KEYS[j]] = true
+    end
   end
   redis.call("HSET", KEYS[3], mid, day)
   table.insert(ids, mid)
