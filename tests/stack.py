@@ -74,6 +74,8 @@ def project_state(stack: Stack, project_id: str) -> dict[str, Any]:
         state = {}
         for key in r.scan_iter(match=pattern, count=1000):
             kind = r.type(key)
+            if kind == "none":  # removed between SCAN and TYPE (a lock, a key expiring)
+                continue
             state[key] = (kind, _READERS[kind](r, key))
     assert keys.project(project_id) in state  # the pattern does find the project's keys
     return state
