@@ -23,10 +23,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from messaging import __version__ as COURIER_VERSION
 from messaging.config import Settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import (
@@ -148,9 +149,96 @@ def _sent(sent: sending.Sent) -> Json:
     return metrics.count_sent(sent).body
 
 
+# What each argument means, for the input schemas (limits and enums come from the models).
+ARGUMENT_HELP = {
+    "to": "Recipients: agent names, 'name [ref]' labels or agent ids (at least one)",
+    "cc": "Copied recipients, like to", "bcc": "Blind-copied recipients, like to",
+    "subject": "One-line subject", "body_md": "The message, Markdown",
+    "topic": "A short topic label to filter on", "thread_id": "Thread to post in",
+    "importance": "How much it matters", "ack_required": "Ask the recipient to acknowledge",
+    "delivery_policy": "How recipients are checked before admission",
+    "notification_policy": "wake the recipient, keep it quiet, or let Courier choose",
+    "idempotency_key": "Retry-safe key: the same key and request answer the first send",
+    "resource_notice": "A resource's state change this message announces",
+    "project_key": "Your project's key (must match your token's)",
+    "sender_name": "Your name (must match your token's)",
+    "summary": "A short label for your own copy", "message_id": "A message's id",
+    "cursor": "next_cursor of the previous page", "limit": "Messages per page",
+    "unread_only": "Only unread mail", "urgent_only": "Only urgent mail",
+    "project_id": "A project's id (default: yours)", "delivery_id": "A delivery's id",
+    "target": "The agent to watch", "kind": "What to wait for",
+    "message": "Send fields (without to) of a message to the target now",
+    "ttl_s": "Seconds to wait before an expired notice", "state": "Your presence",
+    "message_text": "The text", "notify_when_idle": "Get a notice once the recipient is idle",
+    "q": "Words to search for",
+}
+# The HTTP twin's model of each tool, whose schema gives its fields' enums and limits.
+TWIN_MODELS: dict[str, type[BaseModel]] = {
+    "send_message": SendIn, "reply_message": ReplyIn, "fetch_inbox": InboxQuery,
+    "subscribe_idle": SubscriptionIn, "set_presence": PresenceIn,
+}
+SEND_TOOLS = ("send_message", "reply_message", "send")
+
+
+def _inline(schema: Json, defs: Json) -> Json:
+    """A property schema with local ``$ref``s replaced by their definitions."""
+    if "$ref" in schema:
+        return _inline({**defs[schema["$ref"].rsplit("/", 1)[-1]],
+                        **{k: v for k, v in schema.items() if k != "$ref"}}, defs)
+    return {k: ([_inline(x, defs) if isinstance(x, dict) else x for x in v]
+                if isinstance(v, list) else _inline(v, defs) if isinstance(v, dict) else v)
+            for k, v in schema.items()}
+
+
+def strict_schema(name: str, schema: Json) -> Json:
+    """A tool's input schema: unknown arguments refused, each field described and bounded."""
+    twin = TWIN_MODELS.get(name)
+    twin_schema = twin.model_json_schema() if twin else {}
+    defs = twin_schema.get("$defs", {})
+    properties = {}
+    for field, prop in schema.get("properties", {}).items():
+        known = twin_schema.get("properties", {}).get(field)
+        merged = _inline(known, defs) if known else dict(prop)
+        merged.pop("title", None)
+        merged["description"] = ARGUMENT_HELP.get(field, merged.get("description", field))
+        properties[field] = merged
+    return {**schema, "properties": properties, "additionalProperties": False}
+
+
+class CourierMCP(MCPServer):
+    """Courier's MCP server: strict arguments, refused in the API's error shape; tools only."""
+
+    def make_strict(self) -> None:
+        """Refuse unknown arguments, describe every field, advertise tools alone."""
+        for tool in self._tool_manager.list_tools():
+            base = tool.fn_metadata.arg_model
+            tool.fn_metadata.arg_model = type(base.__name__, (base,), {
+                "model_config": {**base.model_config, "extra": "forbid"}})
+            tool.parameters = strict_schema(tool.name, tool.parameters)
+        # Courier has no prompts or resources: do not offer them.
+        for method in ("prompts/list", "prompts/get", "resources/list", "resources/read",
+                       "resources/templates/list"):
+            self._lowlevel_server._request_handlers.pop(method, None)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Run a tool; arguments it does not take, or of the wrong shape, are a tool error."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            try:
+                tool.fn_metadata.validate_arguments(arguments)
+            except ValidationError as exc:
+                message, details = invalid_argument_details(exc.errors())
+                error = CourierError("INVALID_ARGUMENT", message, details)
+                if name in SEND_TOOLS:
+                    metrics.count_admission(error.code)
+                return _result(error.body(), error=True)
+        return await super().call_tool(name, arguments, context)
+
+
 def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
     """The MCP server with Courier's tools."""
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = CourierMCP(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING",
+                        version=COURIER_VERSION)
 
     @server.tool(description="Send a Markdown message (POST /v1/messages): to, subject, "
                              "body_md, and the other send fields. Returns the stored message.")
@@ -307,6 +395,7 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
 
         return await run_tool(ctx, call)
 
+    server.make_strict()
     return server
 
 
