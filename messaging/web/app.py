@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from messaging import __version__
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
@@ -25,11 +26,12 @@ from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
-from messaging.web import metrics
+from messaging.web import metrics, openapi
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.guard import Gate
 from messaging.web.mcp import MCP_PATH, mcp_app
+from messaging.web.openapi import CourierAPI
 from messaging.web.routes import (
     console,
     deliveries,
@@ -120,8 +122,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # MCP is an ASGI app of its own, declared beside the routers.
     mcp_route = Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"])
-    app = FastAPI(title="Courier", version="1", lifespan=lifespan, routes=[mcp_route],
-                  docs_url=None, redoc_url=None)  # served offline by the docs router
+    app = CourierAPI(title="Courier", version=__version__, description=openapi.DESCRIPTION,
+                     lifespan=lifespan, routes=[mcp_route],
+                     docs_url=None, redoc_url=None)  # served offline by the docs router
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)

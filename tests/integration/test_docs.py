@@ -7,10 +7,12 @@ import shutil
 import subprocess
 
 import httpx
+import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from tests.stack import Stack
+from tests.integration.conftest import Project
+from tests.stack import Stack, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -47,3 +49,24 @@ def test_swagger_ui_renders_the_operations_with_the_network_cut_off(stack: Stack
          "--virtual-time-budget=15000", "--dump-dom", stack.api_url + "/docs"],
         capture_output=True, text=True, timeout=90)
     assert 'data-path="/v1/messages"' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_real_answers_match_their_documented_schemas(project: Project):
+    doc = httpx.get(project.stack.api_url + "/openapi.json", timeout=10).json()
+
+    def check(answer: object, model: str) -> None:
+        schema = {"$ref": f"#/components/schemas/{model}", "components": doc["components"]}
+        jsonschema.validate(answer, schema)
+
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    check(alice.row, "AgentRegistered")
+    check({"agents": project.admin.list_agents(project.project_id)}, "Agents")
+    sent = alice.api.send(["Bob"], "Schema", "checked")
+    check(sent, "Sent")
+    page = wait_until(lambda: (p := bob.api.inbox())["messages"] and p, what="the message")
+    check(page, "InboxPage")
+    check(bob.api.mark_read(sent["id"]), "Marks")
+    check(project.admin.delivery(sent["delivery"]["observations"][0]["delivery_id"]), "Delivery")
+    with pytest.raises(Exception) as refused:
+        alice.api.send(["Nobody"], "x", "y")
+    check(refused.value.body, "Error")

@@ -12,12 +12,13 @@ from sse_starlette import EventSourceResponse
 from messaging.errors import not_found
 from messaging.models import SubscriptionIn
 from messaging.service import events, subscriptions
+from messaging.web import answers
 from messaging.web.deps import Svc, Who
 
 router = APIRouter(tags=["live"])
 
 
-@router.get("/v1/agents/me/events", response_model=None)
+@router.get("/v1/agents/me/events", response_model=None, response_class=EventSourceResponse)
 async def agent_events(
     request: Request, svc: Svc, who: Who,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
@@ -32,14 +33,14 @@ async def agent_events(
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-@router.post("/v1/subscriptions", status_code=201)
+@router.post("/v1/subscriptions", status_code=201, response_model=answers.Subscription)
 async def create_subscription(body: SubscriptionIn, svc: Svc, who: Who) -> JSONResponse:
     """One notice when the target next goes idle or exits, or when the time runs out."""
     made = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, body)
     return JSONResponse(made.body, status_code=made.status)
 
 
-@router.get("/v1/subscriptions/{subscription_id}")
+@router.get("/v1/subscriptions/{subscription_id}", response_model=answers.Subscription)
 async def get_subscription(subscription_id: str, svc: Svc, who: Who) -> JSONResponse:
     """One subscription, for its subscriber."""
     project_id, agent_id = who.require_agent()

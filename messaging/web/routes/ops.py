@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from messaging.store.connect import STORE_DOWN
-from messaging.web import metrics
+from messaging.web import answers, metrics
 from messaging.web.deps import Svc, ok
 
 router = APIRouter(tags=["operations"])
@@ -18,13 +18,14 @@ router = APIRouter(tags=["operations"])
 BROKER_PROBE_TIMEOUT_S = 3.0
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_class=PlainTextResponse)
 async def healthz() -> PlainTextResponse:
     """The process is up."""
     return PlainTextResponse("ok\n")
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=answers.Ready,
+            responses={503: {"model": answers.Ready, "description": "not ready"}})
 async def readyz(svc: Svc) -> JSONResponse:
     """The store and the broker both answer, and the store has room for writes."""
     used, limit = 0, 0
@@ -45,7 +46,7 @@ async def readyz(svc: Svc) -> JSONResponse:
               200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus(svc: Svc) -> PlainTextResponse:
     """Prometheus text: admissions here, deliveries and queues of the deployment."""
     totals, due = await metrics.store_counters(svc.store)
