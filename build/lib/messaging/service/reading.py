@@ -1,0 +1,204 @@
+"""Reading: messages, threads, the inbox with exact cursors, read and ack, deliveries.
+
+Reading never dispatches. Fetching the inbox records ``delivery_observed``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from messaging import ids
+from messaging.errors import CourierError, invalid, not_found
+from messaging.models import InboxQuery
+from messaging.service.caller import Caller, CallerKind
+from messaging.service.retention import missing
+from messaging.service.views import deliveries_of, delivery_view, message_view
+from messaging.store.store import Store
+from messaging.timefmt import now_us, rfc3339
+
+Json = dict[str, Any]
+
+# How many inbox entries one store read looks at when filters skip some.
+SCAN_BATCH = 200
+URGENT = ("high", "urgent")
+
+
+def _project_of(caller: Caller, scoped_id: str, what: str) -> str:
+    """The project of an id, if the caller may look into it at all."""
+    project_id = ids.project_of(scoped_id)
+    if project_id is None:
+        raise not_found(what)
+    if caller.kind is not CallerKind.OPERATOR and caller.project_id != project_id:
+        raise not_found(what)
+    return project_id
+
+
+def visible(caller: Caller, record: Json) -> Json | None:
+    """The message as the caller may see it, or None."""
+    msg_sender = json.loads(record["json"])["sender_id"]
+    if caller.kind is not CallerKind.AGENT or caller.agent_id == msg_sender:
+        return message_view(record, full=True)
+    if caller.agent_id in {a for _, a in deliveries_of(record)}:
+        return message_view(record, full=False, viewer_id=caller.agent_id)
+    return None
+
+
+async def get_message(store: Store, caller: Caller, message_id: str) -> Json:
+    """One message: everything for its sender, no one else's bcc for a recipient."""
+    project_id = _project_of(caller, message_id, "message")
+    record = await store.get_message(project_id, message_id)
+    if record is None:
+        raise await missing(store, project_id, message_id, "message")
+    view = visible(caller, record)
+    if view is None:
+        raise not_found("message")
+    return view
+
+
+async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
+    """The thread's messages the caller may see, oldest first."""
+    if caller.project_id is None:
+        raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
+    mids = await store.thread_message_ids(caller.project_id, thread_id)
+    if thread_id.startswith("msg_") and thread_id not in mids:
+        # A message that starts a thread is its first entry, kept only in itself.
+        mids.insert(0, thread_id)
+    records = await store.get_messages(caller.project_id, mids)
+    views = [v for r in records
+             if r and json.loads(r["json"])["thread_id"] == thread_id
+             and (v := visible(caller, r)) is not None]
+    if not views:
+        raise not_found("thread")
+    return {"thread_id": thread_id, "messages": views}
+
+
+# Inbox sequences are whole numbers a double holds exactly (the inbox's scores).
+CURSOR_DIGITS_MAX = 15
+
+
+def _parse_cursor(cursor: str | None) -> int:
+    if cursor is None or cursor == "":
+        return 0
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > CURSOR_DIGITS_MAX:
+        raise invalid("cursor", "pass back a next_cursor this API returned")
+    return int(cursor)
+
+
+def _wanted(q: InboxQuery, msg: Json, dlv: Json) -> bool:
+    if q.topic is not None and msg.get("topic") != q.topic:
+        return False
+    if q.urgent_only and msg["importance"] not in URGENT:
+        return False
+    return not (q.unread_only and dlv.get("read_us"))
+
+
+async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
+    """A page of the caller's inbox after the cursor, oldest first.
+
+    The cursor is the arrival sequence of the last entry looked at, so a page
+    never skips or repeats an entry, however many arrive between calls.
+    """
+    project_id, agent_id = caller.require_agent()
+    after = _parse_cursor(q.cursor)
+    items: list[Json] = []
+    while len(items) < q.limit:
+        filtered = q.topic is not None or q.unread_only or q.urgent_only
+        batch = max(q.limit, SCAN_BATCH) if filtered else q.limit - len(items)
+        rows = await store.inbox_after(project_id, agent_id, after, batch)
+        if not rows:
+            break
+        dids = [d for d, _ in rows]
+        dlvs = await store.get_deliveries(project_id, dids)
+        mids = [d["message_id"] if d else "" for d in dlvs]
+        records = await store.get_messages(project_id, mids)
+        for (did, score), dlv, record in zip(rows, dlvs, records, strict=True):
+            if len(items) == q.limit:
+                break
+            after = score
+            if not dlv or not record:
+                continue
+            msg = visible(caller, record)
+            if msg is not None and _wanted(q, msg, dlv):
+                items.append({**msg, "delivery_id": did, "read_ts": rfc3339(dlv.get("read_us")),
+                              "ack_ts": rfc3339(dlv.get("ack_us"))})
+    await store.observe(project_id, agent_id,
+                        [(m["delivery_id"], m["sender_id"]) for m in items], now_us())
+    return {"messages": items, "next_cursor": str(after)}
+
+
+async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[str, str]:
+    project_id, agent_id = caller.require_agent()
+    record = await store.get_message(project_id, message_id) if ids.project_of(
+        message_id) == project_id else None
+    if record is None:
+        raise await missing(store, project_id, message_id, "message")
+    for did, aid in deliveries_of(record):
+        if aid == agent_id:
+            return project_id, did
+    raise not_found("message")
+
+
+async def mark(store: Store, caller: Caller, message_id: str, kind: str) -> Json:
+    """Mark a received message read, or acknowledged (which also reads it)."""
+    project_id, did = await _own_delivery(store, caller, message_id)
+    marked = await store.mark(project_id, did, kind, now_us())
+    if not marked:  # removed by retention since it was read above
+        raise await missing(store, project_id, message_id, "message")
+    read_us, ack_us = marked
+    return {"message_id": message_id, "delivery_id": did,
+            "read_ts": rfc3339(read_us or None), "ack_ts": rfc3339(ack_us or None)}
+
+
+def _may_read_delivery(caller: Caller, dlv: Json, sender_id: str) -> bool:
+    if caller.sees_project(dlv["_project_id"]):
+        return True
+    return caller.agent_id is not None and caller.agent_id in (dlv["agent_id"], sender_id)
+
+
+async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
+    """One delivery, for its sender, its recipient and the project token."""
+    project_id = _project_of(caller, delivery_id, "delivery")
+    (dlv,) = await store.get_deliveries(project_id, [delivery_id])
+    if dlv is None:
+        raise await missing(store, project_id, delivery_id, "delivery")
+    record = await store.get_message(project_id, dlv["message_id"])
+    sender_id = json.loads(record["json"])["sender_id"] if record else ""
+    if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sender_id):
+        raise not_found("delivery")
+    return delivery_view(dlv)
+
+
+async def message_deliveries(store: Store, caller: Caller, message_id: str) -> Json:
+    """The deliveries of a message the caller may read."""
+    project_id = _project_of(caller, message_id, "message")
+    record = await store.get_message(project_id, message_id)
+    if record is None:
+        raise await missing(store, project_id, message_id, "message")
+    sender_id = json.loads(record["json"])["sender_id"]
+    dids = [d for d, _ in deliveries_of(record)]
+    dlvs = await store.get_deliveries(project_id, dids)
+    rows = [
+        delivery_view(d) for d in dlvs
+        if d and _may_read_delivery(caller, {**d, "_project_id": project_id}, sender_id)
+    ]
+    if not rows:
+        raise not_found("message")
+    return {"message_id": message_id, "deliveries": rows}
+
+
+async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
+    """The recipient's host says it showed this delivery."""
+    project_id, agent_id = caller.require_agent()
+    (dlv,) = await store.get_deliveries(project_id, [delivery_id]) if ids.project_of(
+        delivery_id) == project_id else (None,)
+    if dlv is None:
+        raise await missing(store, project_id, delivery_id, "delivery")
+    if dlv["agent_id"] != agent_id:
+        raise not_found("delivery")
+    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),
+                        confirmed=True)
+    (dlv,) = await store.get_deliveries(project_id, [delivery_id])
+    if dlv is None:
+        raise not_found("delivery")
+    return delivery_view(dlv)

@@ -1,0 +1,312 @@
+"""Sending and replying: validation the models cannot do, fingerprints, admission."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from messaging import ids
+from messaging.config import Settings
+from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found, unauthenticated
+from messaging.models import (
+    NOTICE_ID_RE,
+    SUBJECT_MAX,
+    Importance,
+    NotificationPolicy,
+    ReplyIn,
+    SendIn,
+)
+from messaging.service.caller import Caller
+from messaging.service.views import label, message_view
+from messaging.store.store import Store
+from messaging.timefmt import now_us
+
+Json = dict[str, Any]
+
+NOTICE_ACTIONS = {"released": {"none", "retry_admission"}, "cancelled": {"none", "drop_dependency"}}
+NOTICE_EXCLUDES = (
+    "subject", "body_md", "cc", "bcc", "importance", "ack_required", "notification_policy",
+)
+# Fields that say who is sending or label the sender's own copy: not the request.
+NOT_FINGERPRINTED = {"idempotency_key", "project_key", "sender_name", "summary"}
+REASON_CODES = {
+    "not_found": "RECIPIENT_NOT_FOUND",
+    "retired": "RECIPIENT_RETIRED",
+    "closed": "RECIPIENT_CLOSED",
+    "bound_source_lost": "BOUND_SOURCE_LOST",
+}
+WARN_UNKNOWN = "{r}: unknown standalone state is not proof of death"
+WARN_EXITED = "{r}: exited; the mail waits until its host resumes it"
+WARN_BROKER = (
+    "dispatch deferred: the broker was unreachable; the outbox keeps the delivery and "
+    "publishes it when the broker returns"
+)
+NOTE_STORED = "storage is not task acceptance"
+
+
+class Dispatcher(Protocol):
+    """Where admitted deliveries go to be published."""
+
+    broker_ok: bool
+
+    def submit(self, project_id: str, transport: str, delivery_id: str) -> None: ...
+
+
+@dataclass
+class Sent:
+    """The answer to a send: the HTTP status and the body."""
+
+    status: int
+    body: Json
+
+
+def fingerprint(operation: str, request: Json) -> str:
+    """SHA-256 of the canonical request: sorted keys, defaults applied, no labels."""
+    canonical = {k: v for k, v in request.items() if k not in NOT_FINGERPRINTED}
+    text = json.dumps([operation, canonical], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def notice_text(notice: Json) -> tuple[str, str]:
+    """The subject and readable body the service writes for a resource notice."""
+    rid, phase, state, action = (
+        notice["resource_id"], notice["phase_id"], notice["state"], notice["next_action"],
+    )
+    subject = f"Resource {rid} {state} for phase {phase}"
+    lines = [f"The resource `{rid}` was {state} for phase `{phase}`."]
+    if action == "retry_admission":
+        lines.append("It is free again: the waiting work may be admitted again.")
+    elif action == "drop_dependency":
+        lines.append("The phase will not happen: the dependency on it can be dropped.")
+    else:
+        lines.append("No action is requested.")
+    lines.append("This notice informs; it is not proof of release and grants no permission.")
+    return subject[:SUBJECT_MAX], "\n\n".join(lines) + "\n"
+
+
+def _check_notice(body: SendIn) -> None:
+    def bad(message: str) -> CourierError:
+        return CourierError("RESOURCE_NOTICE_INVALID", message, {"field": "resource_notice"})
+
+    notice = body.resource_notice
+    if notice is None:
+        return
+    present = [f for f in NOTICE_EXCLUDES if f in body.model_fields_set]
+    if present:
+        raise bad(f"a resource notice takes no {', '.join(present)}")
+    if len(body.to) != 1:
+        raise bad("a resource notice goes to exactly one recipient")
+    if not body.idempotency_key:
+        raise bad("a resource notice needs a non-empty idempotency_key")
+    for name in ("resource_id", "phase_id"):
+        if not NOTICE_ID_RE.fullmatch(getattr(notice, name)) or not getattr(notice, name).isascii():
+            raise bad(f"{name}: 1-96 ASCII letters, digits and _.:-, first a letter or digit")
+    allowed = NOTICE_ACTIONS.get(notice.state)
+    if allowed is None:
+        raise bad("state must be released or cancelled")
+    if notice.next_action not in allowed:
+        raise bad(f"{notice.state} allows next_action {' or '.join(sorted(allowed))}")
+
+
+def _canonical(body: SendIn) -> Json:
+    """The request with defaults applied: what the fingerprint and the message hold."""
+    req: Json = body.model_dump(mode="json")
+    req["importance"] = req["importance"] or Importance.NORMAL.value
+    req["ack_required"] = bool(req["ack_required"])
+    if body.resource_notice is not None:
+        subject, text = notice_text(req["resource_notice"])
+        req["subject"], req["body_md"] = subject, text
+    req["body_md"] = req["body_md"] if req["body_md"] is not None else ""
+    return req
+
+
+def _check_sender(body: SendIn | ReplyIn, agent: Json) -> None:
+    if body.sender_name is not None and body.sender_name != agent["name"]:
+        raise CourierError(
+            "SENDER_MISMATCH", "sender_name is not the agent of this token",
+            {"sender_name": body.sender_name, "token_agent": label(agent)},
+        )
+    if body.project_key is not None and body.project_key != agent["project_key"]:
+        raise CourierError(
+            "SENDER_MISMATCH", "project_key is not the project of this token",
+            {"project_key": body.project_key},
+        )
+
+
+def _validate(settings: Settings, body: SendIn) -> None:
+    if body.resource_notice is not None:
+        _check_notice(body)
+    elif body.subject is None:
+        raise CourierError("INVALID_ARGUMENT", "subject: required", {"field": "subject"})
+    if body.body_md is not None and len(body.body_md.encode()) > settings.max_body_bytes:
+        raise CourierError(
+            "BODY_TOO_LARGE",
+            f"body_md is over {settings.max_body_bytes} bytes",
+            {"field": "body_md", "max_bytes": settings.max_body_bytes},
+        )
+
+
+def _policy(body: SendIn, req: Json) -> tuple[str, bool]:
+    """The policy asked ("auto" for the default rule) and whether quiet is refused."""
+    if body.resource_notice is not None:
+        quiet = body.resource_notice.next_action == "none"
+        return (NotificationPolicy.QUIET if quiet else NotificationPolicy.WAKE).value, False
+    asked = body.notification_policy
+    if asked is None:
+        loud = req["importance"] in ("high", "urgent") or req["ack_required"]
+        return (NotificationPolicy.WAKE.value if loud else "auto"), False
+    refused = asked is NotificationPolicy.QUIET and (
+        req["importance"] in ("high", "urgent") or req["ack_required"]
+    )
+    return asked.value, refused
+
+
+async def send(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    operation: str = "send", in_reply_to: str | None = None,
+) -> Sent:
+    """Admit a message: all recipients or nothing; publish its deliveries.
+
+    Raises:
+        CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
+    """
+    project_id, sender_id = caller.require_agent()
+    _validate(settings, body)
+    sender = await store.identity(project_id, sender_id)
+    if sender is None:
+        raise unauthenticated("unknown token")
+    _check_sender(body, sender)
+    req = _canonical(body)
+    if in_reply_to is not None:
+        req["in_reply_to"] = in_reply_to
+    policy, quiet_invalid = _policy(body, req)
+    message_id = ids.new_message_id(project_id)
+    recipients = [*body.to, *body.cc, *body.bcc]
+    message = {
+        "id": message_id, "project_id": project_id,
+        "thread_id": body.thread_id or message_id, "revision": 1,
+        "from": sender["name"], "sender_id": sender_id,
+        "sender_location": {"project_key": sender["project_key"],
+                            "bound_source": sender.get("bound_source")},
+        "to": body.to, "cc": body.cc, "bcc": body.bcc,
+        "subject": req["subject"], "body_md": req["body_md"], "topic": body.topic,
+        "importance": req["importance"], "ack_required": req["ack_required"],
+        "delivery_policy": req["delivery_policy"], "resource_notice": req["resource_notice"],
+        "summary": body.summary, "in_reply_to": in_reply_to,
+    }
+    now = now_us()
+    args = {
+        "sender_id": sender_id, "now_us": str(now),
+        "due_ms": str(now // 1000 + int(settings.outbox_grace_s * 1000)),
+        "idem_fp": fingerprint(operation, req) if body.idempotency_key else "",
+        "thread_id": message["thread_id"], "message_id": message_id,
+        "policy": policy, "quiet_invalid": quiet_invalid,
+        "recipients": [{"s": r} for r in recipients],
+        "delivery_ids": [ids.new_delivery_id(project_id) for _ in recipients],
+        "has_bcc": bool(body.bcc),
+    }
+    message_json = json.dumps(message, ensure_ascii=False)
+    answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
+    status = answer["status"]
+    if status == "ok":
+        for obs in answer["observations"]:
+            dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
+        # What the script stored, without reading it back.
+        written = {"json": message_json, "created_us": answer["created_us"],
+                   "policy": answer["policy"], "observations": answer["observations"]}
+        return Sent(201, _answer(written, replay=False, broker_ok=dispatcher.broker_ok))
+    if status == "replay":
+        stored = await store.get_message(project_id, answer["message_id"])
+        if stored is None:
+            raise not_found("message")
+        stored["observations"] = answer["observations"]
+        return Sent(200, _answer(stored, replay=True, broker_ok=True))
+    raise await _rejection(store, project_id, answer)
+
+
+def _answer(record: Json, *, replay: bool, broker_ok: bool) -> Json:
+    observations = record["observations"]
+    if isinstance(observations, str):
+        observations = json.loads(observations)
+    warnings = []
+    for obs in observations:
+        if obs["presence"] == "unknown":
+            warnings.append(WARN_UNKNOWN.format(r=obs["recipient"]))
+        elif obs["presence"] == "exited":
+            warnings.append(WARN_EXITED.format(r=obs["recipient"]))
+    if not broker_ok:
+        warnings.append(WARN_BROKER)
+    view = message_view(record, full=True)
+    return {
+        "persisted": True, "idempotent_replay": replay, **view,
+        "delivery": {"policy": view["delivery_policy"], "note": NOTE_STORED,
+                     "warnings": warnings, "observations": observations},
+    }
+
+
+async def _rejection(store: Store, project_id: str, answer: Json) -> CourierError:
+    status = answer["status"]
+    if status == "conflict":
+        return CourierError(
+            "IDEMPOTENCY_KEY_CONFLICT",
+            "this idempotency_key was used with a different request; use a new key",
+        )
+    if status == "quiet_not_allowed":
+        return CourierError(
+            "QUIET_NOT_ALLOWED",
+            "quiet is refused with high or urgent importance or ack_required",
+            {"field": "notification_policy"},
+        )
+    if status == "sender_gone":
+        return unauthenticated("unknown token")
+    failures = answer["failures"]
+    names = await store.agent_names(project_id)
+    for f in failures:
+        f["reason_code"] = REASON_CODES[f["reason"]]
+        if f["reason"] == "not_found":
+            bare = f["to"].split(" [")[0]
+            f["suggestions"] = difflib.get_close_matches(bare, names, n=3, cutoff=0.6)
+    code = min((f["reason_code"] for f in failures), key=RECIPIENT_REASON_ORDER.index)
+    listed = ", ".join(f"{f['to']} ({f['reason']})" for f in failures)
+    return CourierError(code, f"nothing was sent; these recipients cannot take mail: {listed}",
+                        {"recipients": failures})
+
+
+async def reply(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    message_id: str, body: ReplyIn,
+) -> Sent:
+    """Reply to a message: same thread, ``Re:`` subject, to the original sender.
+
+    Raises:
+        CourierError: NOT_FOUND unless the caller sent or received the message.
+    """
+    project_id, agent_id = caller.require_agent()
+    record = await store.get_message(project_id, message_id) if ids.project_of(
+        message_id) == project_id else None
+    if record is None:
+        raise not_found("message")
+    original = json.loads(record["json"])
+    receivers = {a for _, a in json.loads(record["deliveries"])}
+    if agent_id != original["sender_id"] and agent_id not in receivers:
+        raise not_found("message")
+    sender = await store.get_agent(project_id, original["sender_id"])
+    if sender is None:
+        raise not_found("agent")
+    subject = original["subject"]
+    if not subject.lower().startswith("re:"):
+        subject = f"Re: {subject}"
+    fields = body.model_dump(mode="json", exclude_unset=True)
+    fields.setdefault("subject", subject[:SUBJECT_MAX])
+    fields.setdefault("importance", original["importance"])
+    fields.setdefault("ack_required", original["ack_required"])
+    fields.setdefault("topic", original["topic"])
+    send_body = SendIn.model_validate_json(
+        json.dumps({**fields, "to": [label(sender)], "thread_id": original["thread_id"]})
+    )
+    return await send(
+        store, settings, dispatcher, caller, send_body, operation="reply", in_reply_to=message_id
+    )

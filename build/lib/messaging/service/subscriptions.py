@@ -1,0 +1,199 @@
+"""Idle subscriptions: one notice, exactly once, when a target goes idle or exits.
+
+A subscription waits on one exact agent (resolved and pinned when it is made).
+It ends with one notice: ``idle`` or ``exited`` when a presence report changes
+the target to that state, or ``expired`` when ``ttl_s`` runs out first (the
+sweeper calls ``expire_due_sync``). The notice is a message from ``courier``
+in the subscriber's inbox, delivered like any other, and an ``idle_notice``
+event on the subscriber's stream. Taking the subscription off the waiting list
+and writing its notice happen in one Lua step (``store/lua/notice_lib.lua``),
+so racing reports and the sweeper never send two.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from pydantic import ValidationError
+
+from messaging import ids
+from messaging.config import Settings
+from messaging.errors import CourierError, not_found, unauthenticated
+from messaging.models import (
+    SendIn,
+    SubscriptionIn,
+    SubscriptionMessageIn,
+    invalid_argument_details,
+)
+from messaging.service.caller import Caller
+from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
+from messaging.service.views import label
+from messaging.store.connect import SyncClient
+from messaging.store.live import expire_subscriptions
+from messaging.store.store import Store
+from messaging.timefmt import now_us, rfc3339
+
+Json = dict[str, Any]
+
+SYSTEM_SENDER = "courier"  # the sender of idle notices: no agent, no token
+NOTICE_STATES = ("idle", "exited", "expired")
+
+
+def new_subscription_id(project_id: str) -> str:
+    """A fresh subscription id of the project: ``sub_`` + project digits + 16 random."""
+    return f"sub_{project_id.removeprefix('prj_')}{secrets.token_hex(8)}"
+
+
+def _notice_text(state: str, target: str, sub: Json) -> tuple[str, str]:
+    """Subject and Markdown body of one possible notice."""
+    sid, ttl = sub["id"], sub["ttl_s"]
+    after = (f" after your message `{sub['message_id']}`" if sub["message_id"] else "")
+    if state == "idle":
+        subject = f"Idle notice: {target} is idle"
+        first = f"**{target}** went idle{after}."
+    elif state == "exited":
+        subject = f"Idle notice: {target} exited"
+        first = (f"**{target}** exited{after}: its host stopped it. Mail to it waits "
+                 "until the host resumes it.")
+    else:
+        subject = f"Idle notice expired: {target} did not go idle within {ttl} s"
+        first = f"**{target}** neither went idle nor exited within {ttl} s{after}."
+    body = f"{first}\n\nThis is the one notice of subscription `{sid}` ({state}).\n"
+    return subject, body
+
+
+def _notice_json(state: str, sub: Json, project_key: str) -> str:
+    """The notice message for one outcome, prepared now, stored when it is sent."""
+    subject, body = _notice_text(state, sub["target"], sub)
+    message = {
+        "id": sub["notice_message_id"], "project_id": sub["project_id"],
+        "thread_id": sub["notice_thread_id"], "revision": 1,
+        "from": SYSTEM_SENDER, "sender_id": SYSTEM_SENDER,
+        "sender_location": {"project_key": project_key, "bound_source": None},
+        "to": [sub["subscriber"]], "cc": [], "bcc": [],
+        "subject": subject, "body_md": body, "topic": None,
+        "importance": "normal", "ack_required": False, "delivery_policy": "checked",
+        "resource_notice": None, "summary": None, "in_reply_to": sub["message_id"] or None,
+        "idle_notice": {"subscription_id": sub["id"], "target": sub["target"],
+                        "target_id": sub["target_id"], "state": state},
+    }
+    return json.dumps(message, ensure_ascii=False)
+
+
+def _refused(target: str, reason: str, *, persisted: bool) -> CourierError:
+    code = REASON_CODES.get(reason, "RECIPIENT_NOT_FOUND")
+    return CourierError(
+        code, f"no subscription: the target {target} cannot be watched ({reason})",
+        {"field": "target", "recipients": [{"to": target, "reason": reason, "reason_code": code}]},
+        persisted=persisted,
+    )
+
+
+def view(sub: Json) -> Json:
+    """A subscription as the API shows it."""
+    notified = sub.get("state") == "notified"
+    return {
+        "subscription_id": sub["id"],
+        "kind": sub["kind"],
+        "subscriber": sub["subscriber"],
+        "target": sub["target"],
+        "target_id": sub["target_id"],
+        "state": sub["state"],
+        "outcome": sub.get("outcome") or None,
+        "created_ts": rfc3339(sub["created_us"]),
+        "expires_ts": rfc3339(int(sub["expires_ms"]) * 1000),
+        "notified_ts": rfc3339(sub.get("notified_us")),
+        "ttl_s": int(sub["ttl_s"]),
+        "message_id": sub["message_id"] or None,
+        "notice": {"message_id": sub["notice_message_id"],
+                   "delivery_id": sub["notice_delivery_id"]} if notified else None,
+    }
+
+
+async def _send_first(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    message: SubscriptionMessageIn, target: str,
+) -> Sent:
+    """Send the subscription's message to its target now."""
+    fields = message.model_dump(mode="json", exclude_unset=True)
+    try:
+        send_body = SendIn.model_validate_json(json.dumps({**fields, "to": [target]}))
+    except ValidationError as exc:
+        text, details = invalid_argument_details(exc.errors(), "message.")
+        raise CourierError("INVALID_ARGUMENT", text, details) from None
+    return await send(store, settings, dispatcher, caller, send_body)
+
+
+async def subscribe(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SubscriptionIn
+) -> Sent:
+    """Subscribe to the target's next idle or exit; 201 with the subscription.
+
+    With a message, the message is sent first (all of Sending's rules apply)
+    and the notice waits for the target's next idle or exit after it.
+
+    Raises:
+        CourierError: the target cannot be resolved or watched, or the message
+            is refused; nothing is stored.
+    """
+    project_id, subscriber_id = caller.require_agent()
+    subscriber = await store.get_agent(project_id, subscriber_id)
+    project = await store.get_project(project_id)
+    if subscriber is None or project is None:
+        raise unauthenticated("unknown token")
+    now = now_us()
+    sent = None
+    if body.message is not None:
+        sent = await _send_first(store, settings, dispatcher, caller, body.message,
+                                 body.target)
+        target_obs = sent.body["delivery"]["observations"][0]
+        target_id, target_label = target_obs["agent_id"], target_obs["recipient"]
+        # Derived from the message: a retried request finds the same subscription.
+        sub_id = "sub_" + sent.body["id"].removeprefix("msg_")
+    else:
+        target, reason = await store.live.resolve_target(project_id, body.target)
+        if target is None:
+            raise _refused(body.target, reason, persisted=False)
+        target_id, target_label = target["id"], label(target)
+        sub_id = new_subscription_id(project_id)
+    notice_mid = ids.new_message_id(project_id)
+    sub: Json = {
+        "id": sub_id, "project_id": project_id, "kind": body.kind,
+        "subscriber_id": subscriber_id, "subscriber": label(subscriber),
+        "target_id": target_id, "target": target_label,
+        "created_us": now, "expires_ms": now // 1000 + body.ttl_s * 1000, "ttl_s": body.ttl_s,
+        "message_id": sent.body["id"] if sent else "",
+        "notice_message_id": notice_mid,
+        "notice_delivery_id": ids.new_delivery_id(project_id),
+        "notice_thread_id": sent.body["thread_id"] if sent else notice_mid,
+    }
+    for state in NOTICE_STATES:
+        sub[f"notice_{state}"] = _notice_json(state, sub, project["project_key"])
+    entry = {"s": subscriber_id, "m": sub["notice_message_id"], "d": sub["notice_delivery_id"],
+             "t": sub["notice_thread_id"]}
+    answer = await store.live.subscribe(project_id, {
+        "id": sub_id, "target_id": target_id, "now_us": str(now),
+        "due_ms": str(now // 1000 + int(settings.outbox_grace_s * 1000)),
+        "expires_ms": str(sub["expires_ms"]), "after_message": sent is not None,
+    }, entry, sub)
+    if answer["status"] == "refused":
+        raise _refused(body.target, answer["reason"], persisted=sent is not None)
+    if answer["status"] == "notified":
+        dispatcher.submit(project_id, answer["transport"], answer["delivery_id"])
+    stored = await store.live.get_subscription(project_id, sub_id)
+    if stored is None:
+        raise not_found("subscription")
+    out = {**view(stored), "message": sent.body if sent else None}
+    return Sent(200 if answer["status"] == "exists" else 201, out)
+
+
+def expire_due_sync(redis_client: SyncClient, project_id: str, now_ms: int) -> int:
+    """Send the ``expired`` notice of the project's subscriptions due by ``now_ms``.
+
+    For the sweeper (synchronous redis-py, ``decode_responses=True``). The
+    notices' deliveries are due at once in the outbox, so the sweeper's own
+    round publishes them. Returns how many notices were sent.
+    """
+    return len(expire_subscriptions(redis_client, project_id, now_ms * 1000))

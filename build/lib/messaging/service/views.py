@@ -1,0 +1,103 @@
+"""Stored records as the API shows them (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from messaging.timefmt import rfc3339
+
+Json = dict[str, Any]
+
+STAGES = (
+    "admitted",
+    "target_selected",
+    "dispatch_started",
+    "provider_result_recorded",
+    "delivery_observed",
+)
+
+UNKNOWN_PRESENCE = "unknown"
+
+
+def label(agent: Json) -> str:
+    """``Name [ref]``, the address that always resolves exactly."""
+    return f"{agent['name']} [{agent['ref']}]"
+
+
+def transport_row(agent: Json) -> Json:
+    """An agent's transport kind, never its settings (URLs, secrets); for transports that
+    reach out to an endpoint (all but the inbox), the endpoint's health."""
+    kind = agent["transport"]["kind"]
+    if kind == "inbox":
+        return {"kind": kind}
+    endpoint = agent.get("endpoint") or {}
+    held = int(endpoint.get("hold_until_ms") or 0)
+    return {"kind": kind, "health": "unhealthy" if held else "healthy",
+            "failures_in_a_row": int(endpoint.get("failures") or 0)}
+
+
+def agent_row(agent: Json) -> Json:
+    """An agent as the agent list shows it (never its token or webhook secret)."""
+    return {
+        "name": agent["name"],
+        "ref": agent["ref"],
+        "agent_id": agent["id"],
+        "label": label(agent),
+        "status": agent["status"],
+        "presence": agent.get("presence") or UNKNOWN_PRESENCE,
+        "last_active_ts": rfc3339(agent["last_active_us"]),
+        "transport": transport_row(agent),
+        "bound_source": agent.get("bound_source"),
+        "program": agent.get("program"),
+        "model": agent.get("model"),
+        "description": agent.get("description"),
+        "registered_ts": rfc3339(agent["registered_us"]),
+    }
+
+
+def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> Json:
+    """A stored message as one viewer may see it.
+
+    ``full`` shows everything (sender, project, operator); otherwise bcc shows
+    only the viewer, and the sender's summary is left out.
+    """
+    msg: Json = json.loads(record["json"])
+    if not full:
+        resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
+        msg["bcc"] = [b for b in msg["bcc"] if viewer_id and resolved.get(b) == viewer_id]
+        msg.pop("summary", None)
+    msg["created_ts"] = rfc3339(record["created_us"])
+    msg["notification_policy"] = record["policy"]
+    return msg
+
+
+def deliveries_of(record: Json) -> list[tuple[str, str]]:
+    """The (delivery id, agent id) pairs of a stored message."""
+    return [(d, a) for d, a in json.loads(record["deliveries"])]
+
+
+def delivery_view(d: Json) -> Json:
+    """A delivery hash as ``GET /v1/deliveries/{id}`` shows it."""
+    attempts = []
+    for a in json.loads(d.get("attempts") or "[]"):
+        row = {"n": a["n"], "started_ts": rfc3339(a["started_us"]),
+               "ended_ts": rfc3339(a.get("ended_us"))}
+        if a.get("error"):
+            row["error"] = a["error"]
+        attempts.append(row)
+    return {
+        "delivery_id": d["id"],
+        "message_id": d["message_id"],
+        "agent_id": d["agent_id"],
+        "recipient": d["recipient"],
+        "transport": d["transport"],
+        "notification_policy": d.get("policy"),
+        "stage": d["stage"],
+        "stages": {s: rfc3339(d.get(f"{s}_us")) for s in STAGES if d.get(f"{s}_us")},
+        "outcome": d.get("outcome"),
+        "attempts": attempts,
+        "observed_ts": rfc3339(d.get("delivery_observed_us")),
+        "read_ts": rfc3339(d.get("read_us")),
+        "ack_ts": rfc3339(d.get("ack_us")),
+    }

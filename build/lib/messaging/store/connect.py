@@ -1,0 +1,87 @@
+"""Connections to the store: one server, or a Redis Cluster, chosen by the URL's scheme.
+
+``redis://`` and ``rediss://`` name one server. ``redis+cluster://`` and
+``rediss+cluster://`` name one node of a Redis Cluster (database 0 only); the
+client finds the other nodes itself and sends each command, script and
+pipeline entry to the node that holds its key. Every key of a project carries
+the hash tag ``{p:<project_id>}``, so each script runs on one node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+# A connection idle this long is checked with PING before it is used again.
+HEALTH_CHECK_INTERVAL_S = 30
+STORE_OPTIONS: dict[str, Any] = {
+    "decode_responses": True,
+    "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+}
+
+# Connections of one asyncio client, and how long a request waits for a free one.
+POOL_CONNECTIONS = 100
+POOL_WAIT_S = 5.0
+
+SyncClient = redis.Redis | RedisCluster
+AsyncClient = aioredis.Redis | AsyncRedisCluster
+
+
+class StoreUrlError(ValueError):
+    """A store URL Courier cannot use (a cluster URL naming a database other than 0)."""
+
+
+def is_cluster(url: str) -> bool:
+    """True when ``url`` names a Redis Cluster."""
+    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """The plain ``redis://`` (or ``rediss://``) URL of a cluster URL's node; others as given.
+
+    Raises:
+        StoreUrlError: a cluster URL names a database other than 0.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in CLUSTER_SCHEMES:
+        return url
+    if parts.path.strip("/") not in ("", "0"):
+        raise StoreUrlError(f"a Redis Cluster has database 0 only, not {parts.path.strip('/')!r}")
+    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[scheme], path=""))
+
+
+def sync_client(url: str, **options: Any) -> SyncClient:
+    """A synchronous client of the store at ``url`` (workers, sweeper, tools)."""
+    settings = {**STORE_OPTIONS, **options}
+    if is_cluster(url):
+        return RedisCluster.from_url(node_url(url), **settings)
+    return redis.Redis.from_url(url, **settings)
+
+
+def async_client(url: str, **options: Any) -> AsyncClient:
+    """An asyncio client of the store at ``url`` (the API).
+
+    On one server, a request that finds every connection busy waits for one
+    (up to ``POOL_WAIT_S``) instead of failing: a burst of requests queues.
+    """
+    settings = {**STORE_OPTIONS, **options}
+    if is_cluster(url):
+        return AsyncRedisCluster.from_url(node_url(url), **settings)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **settings)
+    return aioredis.Redis(connection_pool=pool)
+
+
+def socket_timeout_s(client: AsyncClient, default_s: float) -> float | None:
+    """The client's socket timeout in seconds (None: it waits forever; ``default_s`` when unset)."""
+    kwargs = (client.connection_kwargs if isinstance(client, AsyncRedisCluster)
+              else client.connection_pool.connection_kwargs)
+    timeout: float | None = kwargs.get("socket_timeout", default_s)
+    return timeout

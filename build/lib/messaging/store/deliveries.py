@@ -1,0 +1,188 @@
+"""The workers' side of the store (synchronous): leases, outcomes, the sweeper."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from messaging.store import connect, keys
+from messaging.store.scripts import Scripts
+from messaging.timefmt import now_us
+
+SWEEP_BATCH = 500
+LEASE_FIELDS = 8
+# Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
+DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+INF = "inf"
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A delivery this worker holds, with its fencing token."""
+
+    delivery_id: str
+    fence: int
+    agent_id: str
+    message_id: str
+    sender_id: str
+    attempt: int  # since admission
+    round_attempt: int  # since admission or the last redrive: what the retry schedule counts
+    admitted_us: int
+
+
+@dataclass(frozen=True)
+class SweepAction:
+    """What the sweeper does with one overdue delivery."""
+
+    delivery_id: str
+    transport: str
+    action: str  # "publish" or "expired"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What to record of one attempt."""
+
+    kind: str  # accepted | rejected | failed | unknown | retry
+    retry_at_ms: int = 0
+    error: str = ""
+    displayed: bool = False
+    endpoint: str = ""  # "ok" it answered, "down" it did not (or 408/429/5xx), "" unknown
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    """When an endpoint counts as unhealthy, and how often it is probed then."""
+
+    failures: int
+    after_ms: int
+    probe_ms: int
+
+
+def latency(admitted_us: int) -> tuple[str, str]:
+    """The stats field of a dispatch latency's bucket, and the latency in ms."""
+    ms = max(0, (now_us() - admitted_us) // 1000)
+    bound = next((str(b) for b in DISPATCH_BUCKETS_MS if ms <= b), INF)
+    return f"dispatch_ms_le:{bound}", str(ms)
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class DeliveryStore:
+    """Typed operations for workers and the sweeper; every key comes from ``keys``."""
+
+    def __init__(self, client: connect.SyncClient) -> None:
+        self.client = client
+        self.scripts = Scripts(client)
+
+    @classmethod
+    def from_url(cls, url: str) -> DeliveryStore:
+        """A store on new connections to ``url`` (one server or a cluster)."""
+        return cls(connect.sync_client(url))
+
+    def lease(
+        self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool
+    ) -> list[Leased]:
+        """Take the dispatch lease of each free delivery; the rest are someone else's."""
+        raw = self.scripts.lease_deliveries(
+            keys=[keys.due(project_id), keys.agents(project_id)]
+            + [keys.delivery(project_id, d) for d in delivery_ids],
+            args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
+        )
+        out = []
+        for i in range(0, len(raw), LEASE_FIELDS):
+            index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted = raw[
+                i : i + LEASE_FIELDS]
+            out.append(Leased(delivery_ids[int(index) - 3], int(fence), agent_id, message_id,
+                              sender_id, int(attempt), int(round_attempt), int(admitted)))
+        return out
+
+    def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
+        """Put leased deliveries in their inboxes (once each); False where the lease was lost."""
+        if not leased:
+            return []
+        script_keys = [keys.seq(project_id)]
+        args = [str(keys.EVENTS_MAXLEN)]
+        for lease in leased:
+            args.append(str(lease.fence))
+            script_keys += [keys.delivery(project_id, lease.delivery_id),
+                            keys.inbox(project_id, lease.agent_id),
+                            keys.events(project_id, lease.agent_id)]
+        return [bool(flag) for flag in self.scripts.put_inbox(keys=script_keys, args=args)]
+
+    def mark_handed_off(self, project_id: str, lease: Leased) -> bool:
+        """Mark that this lease's request is leaving; False when the lease was lost."""
+        return bool(self.scripts.mark_handed_off(
+            keys=[keys.delivery(project_id, lease.delivery_id)], args=[str(lease.fence)]))
+
+    def load_for_send(
+        self, project_id: str, leased: list[Leased], with_message: bool = True
+    ) -> list[tuple[Json | None, Json | None]]:
+        """The (message record, recipient agent) of each leased delivery, one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for lease in leased:
+            if with_message:
+                pipe.hgetall(keys.message(project_id, lease.message_id))
+            pipe.hget(keys.agents(project_id), lease.agent_id)
+        raw = pipe.execute()
+        if not with_message:
+            return [(None, json.loads(agent) if agent else None) for agent in raw]
+        out: list[tuple[Json | None, Json | None]] = []
+        for i in range(0, len(raw), 2):
+            record, agent = raw[i], raw[i + 1]
+            out.append((dict(record) if record else None, json.loads(agent) if agent else None))
+        return out
+
+    def record_outcomes(self, project_id: str, recorded: list[tuple[Leased, Result]],
+                        health: EndpointHealth) -> list[bool]:
+        """Record attempts' outcomes, each under its token; False where the lease was lost."""
+        if not recorded:
+            return []
+        script_keys = [keys.due(project_id), keys.agents(project_id), keys.stats(project_id)]
+        args = [str(now_us()), str(keys.EVENTS_MAXLEN), str(health.failures),
+                str(health.after_ms), str(health.probe_ms), str(now_ms())]
+        for lease, result in recorded:
+            script_keys += [keys.delivery(project_id, lease.delivery_id),
+                            keys.events(project_id, lease.sender_id)]
+            args += [str(lease.fence), result.kind, str(result.retry_at_ms), result.error,
+                     "1" if result.displayed else "0", result.endpoint,
+                     *latency(lease.admitted_us)]
+        return [bool(flag) for flag in self.scripts.record_outcomes(keys=script_keys, args=args)]
+
+    def expire_lease(self, project_id: str, delivery_id: str, error_sent: str,
+                     error_not_sent: str) -> str:
+        """Record the outcome of a non-idempotent lease that ran out: ``unknown`` when its
+        request was handed off, ``failed`` when not; "" when the lease is valid or free."""
+        sender_id, admitted_us = self.client.hmget(
+            keys.delivery(project_id, delivery_id), ["sender_id", "admitted_us"])
+        outcome = self.scripts.expire_lease(
+            keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
+                  keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],
+            args=[str(now_ms()), str(now_us()), error_sent, str(keys.EVENTS_MAXLEN),
+                  *latency(int(admitted_us or 0)), error_not_sent],
+        )
+        return outcome if isinstance(outcome, str) else ""
+
+    def project_ids(self) -> list[str]:
+        """Every project (the sweeper's round)."""
+        return sorted(str(p) for p in self.client.smembers(keys.PROJECTS))
+
+    def sweep(self, project_id: str, grace_ms: int, idempotent: list[str]) -> list[SweepAction]:
+        """Overdue deliveries of one project and what to do with each."""
+        now = now_ms()
+        dids = [str(d) for d in self.client.zrangebyscore(
+            keys.due(project_id), "-inf", now, start=0, num=SWEEP_BATCH)]
+        if not dids:
+            return []
+        raw = self.scripts.sweep_due(
+            keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in dids],
+            args=[str(now), str(grace_ms), " ".join(idempotent)],
+        )
+        return [SweepAction(*raw[i : i + 3]) for i in range(0, len(raw), 3)]

@@ -1,0 +1,46 @@
+"""Facts that never change once written, cached in each API process.
+
+A token's scope, an agent's name, ref and bound source, and a project's key
+are written once and never edited or deleted, so a cached copy can never be
+stale; only what was found is cached. This takes the sender's lookups off the
+admission path: in steady state a send is one store round trip.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# Entries each cache keeps; the least recently used go first.
+FACTS_MAX = 100_000
+
+
+class Lru(Generic[K, V]):
+    """A bounded map that forgets the least recently used entry."""
+
+    def __init__(self, size: int = FACTS_MAX) -> None:
+        self.size = size
+        self.data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The value, now the most recently used, or None."""
+        value = self.data.get(key)
+        if value is not None:
+            self.data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        """Remember a value."""
+        self.data[key] = value
+        self.data.move_to_end(key)
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+
+def identity(agent: dict[str, Any], project_key: str) -> dict[str, Any]:
+    """What never changes about an agent, and its project's key."""
+    return {"id": agent["id"], "name": agent["name"], "ref": agent["ref"],
+            "bound_source": agent.get("bound_source"), "project_key": project_key}

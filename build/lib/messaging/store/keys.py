@@ -1,0 +1,199 @@
+"""Every Redis key Courier uses, built here and nowhere else.
+
+Project keys carry the hash tag ``{p:<project_id>}`` so that each Lua script
+touches one cluster slot. ``:`` is the only separator.
+
+Global (no project): single keys spread over a cluster by their own hash.
+No script touches them, so no script crosses cluster slots.
+    courier:token:<sha256>                 hash   kind, project_id, agent_id        no TTL
+    courier:project_key:<sha256(key)>      string project_id                         no TTL
+    courier:projects                       set    every project id (sweeper's list) no TTL
+
+Per project, prefix ``courier:{p:<project_id>}``:
+    :project                               hash   id, project_key, name, created_ts  no TTL
+    :seq                                   string monotonic sequence (inbox scores)  no TTL
+    :agents                                hash   agent_id -> agent JSON              no TTL
+    :names                                 hash   name -> JSON list of agent ids      no TTL
+    :refs                                  hash   ref -> agent_id                     no TTL
+    :msg:<message_id>                      string message JSON (immutable)            no TTL
+    :thread:<thread_id>                    zset   message_id by sequence              no TTL
+    :dlv:<delivery_id>                     hash   one delivery (see delivery.py)      no TTL
+    :inbox:<agent_id>                      zset   delivery_id by sequence at arrival  no TTL
+    :due                                   zset   delivery_id by due time (ms): the
+                                                  outbox and the retry schedule       no TTL
+    :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
+    :stats                                 hash   counters for /metrics: outcome:<kind>,
+                                                  observed, dispatch_ms_le:<bound>,
+                                                  dispatch_ms_sum                     no TTL
+    :events:<agent_id>                     stream one agent's live events (new mail,
+                                                  idle notices, its sends' deliveries);
+                                                  capped near EVENTS_MAXLEN entries    no TTL
+    :streams:<agent_id>                    zset   the agent's open event streams: stream id
+                                                  by lease end (ms), renewed while open  lease
+    :sub:<subscription_id>                 hash   one idle subscription: subscriber,
+                                                  target, state, outcome, the notice's
+                                                  ids and prepared texts (subscriptions.py)
+                                                  no TTL while waiting; SUBSCRIPTION_KEEP_S
+                                                  after its notice
+    :idle_subs                             hash   target agent_id -> JSON {subscription_id:
+                                                  {s: subscriber, m: notice message id,
+                                                  d: notice delivery id, t: notice thread}},
+                                                  the subscriptions still waiting     no TTL
+    :sub_due                               zset   waiting subscription ids by expiry (ms) no TTL
+    :sx:<viewer>:<term>                    zset   search postings: message ids a viewer (an
+                                                  agent id, or ``project`` for the project
+                                                  token) may see carrying the term, scored
+                                                  by search_score (searchindex.py)   no TTL
+    :sxt:<viewer>                          zset   the viewer's indexed words, all scored 0,
+                                                  for prefix look-ups by lex range   no TTL
+    :retention                             zset   every stored message id by the time (ms)
+                                                  the sweeper next looks at it: admission,
+                                                  then the newest activity it saw       no TTL
+    :archived:<YYYY-MM-DD>                 hash   message or delivery id -> UTC day of its
+                                                  archive file, for the ids removed that
+                                                  day (410 ARCHIVED)                    the
+                                                  retention period (at least a day)
+    :retention_lock                        string the sweeper holding the project's
+                                                  retention round                       lock time
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "courier"
+# The newest events an agent's stream keeps for resuming (approximate cap).
+EVENTS_MAXLEN = 10_000
+IDEMPOTENCY_TTL_S = 7 * 24 * 3600
+# How long a subscription is kept after its notice: as long as the idempotency
+# record of the message that may have made it, so a retried request finds it.
+SUBSCRIPTION_KEEP_S = IDEMPOTENCY_TTL_S
+PROJECTS = f"{PREFIX}:projects"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def token(token_hash: str) -> str:
+    """Where a token's scope lives, by the token's hash."""
+    return f"{PREFIX}:token:{token_hash}"
+
+
+def project_by_key(project_key: str) -> str:
+    """The project id of a checkout path."""
+    return f"{PREFIX}:project_key:{_digest(project_key)}"
+
+
+def _p(project_id: str) -> str:
+    return f"{PREFIX}:{{p:{project_id}}}"
+
+
+def project(project_id: str) -> str:
+    """The project's own hash."""
+    return f"{_p(project_id)}:project"
+
+
+def seq(project_id: str) -> str:
+    """The project's monotonic sequence."""
+    return f"{_p(project_id)}:seq"
+
+
+def agents(project_id: str) -> str:
+    """All agents of the project, as JSON by id."""
+    return f"{_p(project_id)}:agents"
+
+
+def names(project_id: str) -> str:
+    """Agent ids by name."""
+    return f"{_p(project_id)}:names"
+
+
+def refs(project_id: str) -> str:
+    """Agent id by short ref."""
+    return f"{_p(project_id)}:refs"
+
+
+def message(project_id: str, message_id: str) -> str:
+    """One message's JSON."""
+    return f"{_p(project_id)}:msg:{message_id}"
+
+
+def thread(project_id: str, thread_id: str) -> str:
+    """The messages of one thread."""
+    return f"{_p(project_id)}:thread:{thread_id}"
+
+
+def delivery(project_id: str, delivery_id: str) -> str:
+    """One delivery's hash."""
+    return f"{_p(project_id)}:dlv:{delivery_id}"
+
+
+def inbox(project_id: str, agent_id: str) -> str:
+    """One agent's inbox."""
+    return f"{_p(project_id)}:inbox:{agent_id}"
+
+
+def due(project_id: str) -> str:
+    """Deliveries by the time they are due for (re)publishing."""
+    return f"{_p(project_id)}:due"
+
+
+def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str:
+    """One idempotency record; the client's key is hashed, never used raw."""
+    return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"
+
+
+def events(project_id: str, agent_id: str) -> str:
+    """One agent's event stream."""
+    return f"{_p(project_id)}:events:{agent_id}"
+
+
+def open_streams(project_id: str, agent_id: str) -> str:
+    """The leases of one agent's open event streams."""
+    return f"{_p(project_id)}:streams:{agent_id}"
+
+
+def subscription(project_id: str, subscription_id: str) -> str:
+    """One idle subscription's hash."""
+    return f"{_p(project_id)}:sub:{subscription_id}"
+
+
+def idle_subscriptions(project_id: str) -> str:
+    """The waiting idle subscriptions of the project, by target agent."""
+    return f"{_p(project_id)}:idle_subs"
+
+
+def subscriptions_due(project_id: str) -> str:
+    """Waiting idle subscriptions by the time they expire."""
+    return f"{_p(project_id)}:sub_due"
+
+
+def stats(project_id: str) -> str:
+    """The project's delivery counters."""
+    return f"{_p(project_id)}:stats"
+
+
+def search_postings(project_id: str, viewer: str, term: str) -> str:
+    """The messages a viewer may see that carry one search term."""
+    return f"{_p(project_id)}:sx:{viewer}:{term}"
+
+
+def search_words(project_id: str, viewer: str) -> str:
+    """Every word indexed for a viewer, for prefix look-ups."""
+    return f"{_p(project_id)}:sxt:{viewer}"
+
+
+def retention(project_id: str) -> str:
+    """Every stored message of the project, by when the sweeper next looks at it."""
+    return f"{_p(project_id)}:retention"
+
+
+def archived(project_id: str, day: str) -> str:
+    """The ids removed on one UTC day (``YYYY-MM-DD``), each with its archive day."""
+    return f"{_p(project_id)}:archived:{day}"
+
+
+def retention_lock(project_id: str) -> str:
+    """The lock of the project's retention round."""
+    return f"{_p(project_id)}:retention_lock"

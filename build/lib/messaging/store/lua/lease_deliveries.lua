@@ -1,0 +1,92 @@
+-- lease_deliveries: take the dispatch lease of each delivery that is free,
+-- with a fresh fencing token, and record the attempt before any I/O.
+--
+-- KEYS[1]     due     zset  delivery ids by due time (ms)
+-- KEYS[2]     agents  hash  agent_id -> agent JSON (a webhook endpoint's health)
+-- KEYS[3..]   dlv     hash  one delivery each
+--
+-- ARGV[1]  now, ms (decimal string)
+-- ARGV[2]  now, us (decimal string)
+-- ARGV[3]  lease length, ms
+-- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
+--          lease may then be taken over), "0" otherwise
+--
+-- A delivery is free when it is admitted or selected; or waiting for a retry
+-- (or a redrive) whose time has come and no one holds it; or, for idempotent
+-- transports only, its holder's lease expired before it recorded an outcome.
+-- A recorded outcome is leased again only by a redrive. Stages only move
+-- forward: a redriven delivery keeps its stage while the new attempt runs.
+-- A free delivery whose recipient's endpoint is held (unhealthy, see
+-- record_outcome) is not leased: it is due again when the hold ends.
+--
+-- Returns a flat array, 8 fields per leased delivery: its index in KEYS (from
+-- 3), fence, agent id, message id, sender id, attempt number, the attempt
+-- number within this round (attempts since admission or the last redrive),
+-- and when it was admitted (us).
+
+local now_ms = tonumber(ARGV[1])
+local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
+local out = {}
+local holds = {}
+
+-- Until when the recipient's endpoint is held (0: not held).
+local function held_until(agent_id)
+  if holds[agent_id] == nil then
+    holds[agent_id] = 0
+    local raw = redis.call("HGET", KEYS[2], agent_id)
+    if raw then
+      local ep = cjson.decode(raw).endpoint
+      if type(ep) == "table" and ep.hold_until_ms then
+        holds[agent_id] = tonumber(ep.hold_until_ms)
+      end
+    end
+  end
+  return holds[agent_id]
+end
+
+for i = 3, #KEYS do
+  local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
+    "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
+    "sender_id", "round_base", "admitted_us")
+  local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
+  local free = false
+  if d[11] == "1" then
+    free = lease == 0 and retry_at <= now_ms
+  elseif stage == "admitted" or stage == "target_selected" then
+    free = true
+  elseif stage == "dispatch_started" and not d[10] then
+    if lease == 0 then
+      free = retry_at <= now_ms
+    elseif lease < now_ms then
+      free = ARGV[4] == "1"
+    end
+  end
+  if free then
+    local hold = held_until(d[5])
+    if hold > now_ms then
+      free = false
+      redis.call("ZADD", KEYS[1], string.format("%d", hold), d[8])
+    end
+  end
+  if free then
+    local fence = tonumber(d[4]) + 1
+    local attempts = cjson.decode(d[7])
+    local n = #attempts + 1
+    attempts[n] = {n = n, started_us = ARGV[2]}
+    redis.call("HSET", KEYS[i], "fence", fence, "lease_until_ms", lease_until,
+      "retry_at_ms", 0, "attempts", cjson.encode(attempts))
+    if stage == "admitted" or stage == "target_selected" then
+      redis.call("HSET", KEYS[i], "stage", "dispatch_started")
+    end
+    if not d[9] then
+      redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
+    end
+    redis.call("HDEL", KEYS[i], "redrive")
+    redis.call("ZADD", KEYS[1], lease_until, d[8])
+    for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
+        d[14]}) do
+      table.insert(out, v)
+    end
+  end
+end
+return out

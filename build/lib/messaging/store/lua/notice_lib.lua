@@ -1,0 +1,80 @@
+-- notice_lib: the idle notice, shared by subscribe, set_presence and
+-- expire_subscriptions (prepended to each when it is loaded; it defines
+-- functions only and touches no key of its own).
+--
+-- fire_notice(k, state, g) sends one idle subscription's notice:
+--   k      {sub, msg, dlv, thread, events}: the subscription hash, the
+--          notice's message hash, delivery hash and thread zset, and the
+--          subscriber's events stream
+--   state  "idle" | "exited" | "expired"
+--   g      {agents, seq, due, sub_due, retention, now_us, due_ms, maxlen,
+--          keep_s}: the agents hash, project sequence, outbox zset,
+--          subscription expiry zset, retention index, now (us), the notice's
+--          outbox due time (ms), the events stream cap, how long the
+--          subscription is kept after its notice (s)
+--
+-- The caller has already taken the subscription off the waiting list, which
+-- is what makes the notice happen once. The notice is a message from
+-- `courier` to the subscriber, written the way admission writes a send (the
+-- message with its prepared JSON, a thread entry, one delivery at
+-- `target_selected`, an outbox entry the worker or the sweeper publishes, a
+-- retention entry), plus an `idle_notice` event on the subscriber's stream.
+-- A notice that starts its own thread gets no thread set (as admission);
+-- the subscription expires keep_s after it.
+-- Returns {subscription id, delivery id, transport}.
+
+local function fire_notice(k, state, g)
+  local s = redis.call("HMGET", k.sub, "id", "subscriber_id", "notice_message_id",
+    "notice_delivery_id", "target", "target_id", "notice_" .. state, "notice_thread_id")
+  local sid, subscriber_id, mid, did = s[1], s[2], s[3], s[4]
+  local ag = cjson.decode(redis.call("HGET", g.agents, subscriber_id))
+  local label = ag.name .. " [" .. ag.ref .. "]"
+  local transport = ag.transport.kind
+  local presence = ag.presence
+  if type(presence) ~= "string" then presence = "unknown" end
+  local seq = redis.call("INCR", g.seq)
+  redis.call("HSET", k.dlv,
+    "id", did, "message_id", mid, "agent_id", subscriber_id, "sender_id", "courier",
+    "recipient", label, "transport", transport, "policy", "wake", "stage", "target_selected",
+    "admitted_us", g.now_us, "target_selected_us", g.now_us, "fence", 0, "lease_until_ms", 0,
+    "retry_at_ms", 0, "attempts", "[]")
+  redis.call("ZADD", g.due, g.due_ms, did)
+  local obs = {delivery_id = did, recipient = label, agent_id = subscriber_id,
+    transport = transport, stage = "target_selected", presence = presence}
+  redis.call("HSET", k.msg, "json", s[7], "created_us", g.now_us, "seq", seq,
+    "policy", "wake", "deliveries", cjson.encode({{did, subscriber_id}}),
+    "observations", cjson.encode({obs}), "resolved", cjson.encode({[label] = subscriber_id}))
+  if s[8] ~= mid then
+    redis.call("ZADD", k.thread, seq, mid)
+  end
+  redis.call("ZADD", g.retention, string.format("%d", math.floor(tonumber(g.now_us) / 1000)), mid)
+  redis.call("HSET", k.sub, "state", "notified", "outcome", state, "notified_us", g.now_us)
+  redis.call("EXPIRE", k.sub, g.keep_s)
+  redis.call("ZREM", g.sub_due, sid)
+  redis.call("XADD", k.events, "MAXLEN", "~", g.maxlen, "*", "type", "idle_notice",
+    "data", cjson.encode({subscription_id = sid, target = s[5], target_id = s[6],
+      state = state, message_id = mid, delivery_id = did, notification_policy = "wake"}))
+  return {sid, did, transport}
+end
+
+-- The five keys of the i-th subscription in KEYS, from position `base` on.
+local function notice_keys(base, i)
+  local b = base + 5 * (i - 1)
+  return {sub = KEYS[b], msg = KEYS[b + 1], dlv = KEYS[b + 2], thread = KEYS[b + 3],
+    events = KEYS[b + 4]}
+end
+
+-- Take one subscription off its target's waiting list; true if it was there.
+local function take_waiting(idle_subs, target_id, sid)
+  local raw = redis.call("HGET", idle_subs, target_id)
+  if not raw then return false end
+  local waiting = cjson.decode(raw)
+  if waiting[sid] == nil then return false end
+  waiting[sid] = nil
+  if next(waiting) == nil then
+    redis.call("HDEL", idle_subs, target_id)
+  else
+    redis.call("HSET", idle_subs, target_id, cjson.encode(waiting))
+  end
+  return true
+end

@@ -1,0 +1,20 @@
+-- redrive: send a delivery again on the same route with the same delivery id.
+-- Refused once the outcome is `accepted`, and while an attempt or retry is
+-- still under way. The stage does not move back; the next attempt is recorded
+-- and its outcome replaces the last one. The retry schedule starts over.
+--
+-- KEYS[1]  due  zset  delivery ids by due time (ms)
+-- KEYS[2]  dlv  hash  the delivery
+--
+-- ARGV[1]  now, ms (decimal string)
+--
+-- Returns "ok", or why not: "missing", "accepted", "in_flight".
+
+local d = redis.call("HMGET", KEYS[2], "id", "outcome", "lease_until_ms", "redrive", "attempts")
+if not d[1] then return "missing" end
+if d[2] == "accepted" then return "accepted" end
+if not d[2] or d[4] == "1" or (d[3] and d[3] ~= "0") then return "in_flight" end
+redis.call("HSET", KEYS[2], "redrive", 1, "retry_at_ms", 0,
+  "round_base", #cjson.decode(d[5]))
+redis.call("ZADD", KEYS[1], ARGV[1], d[1])
+return "ok"

@@ -1,0 +1,69 @@
+-- set_presence: record what an agent's host says of it and move its activity
+-- forward; when this report changes its presence to `idle` or `exited`, send
+-- the notice of every idle subscription waiting on it. Taking a subscription
+-- off the waiting list and sending its notice are one step, so however many
+-- reports race, each subscription gets one notice. Runs after notice_lib.lua.
+--
+-- KEYS[1]   agents     hash    agent_id -> agent JSON
+-- KEYS[2]   seq        string  project sequence
+-- KEYS[3]   due        zset    delivery ids by due time (ms)
+-- KEYS[4]   sub_due    zset    waiting subscription ids by expiry (ms)
+-- KEYS[5]   idle_subs  hash    target agent_id -> JSON of its waiting subscriptions
+-- KEYS[6]   retention  zset    stored message ids by when retention looks at them
+-- KEYS[7..]  five per subscription the caller saw waiting on this agent, in
+--            the order of ARGV[6]: the subscription hash, its notice's
+--            message hash, delivery hash and thread zset, the subscriber's
+--            events stream
+--
+-- ARGV[1]  agent id
+-- ARGV[2]  state: busy | idle | exited | source_lost
+-- ARGV[3]  now, us (decimal string)
+-- ARGV[4]  the notices' outbox due time, ms (decimal string)
+-- ARGV[5]  events stream cap (approximate MAXLEN)
+-- ARGV[6]  JSON list of the subscription ids the caller saw waiting
+-- ARGV[7]  how long a subscription is kept after its notice, s
+--
+-- Returns false when there is no such agent; {"retry"} when a subscription
+-- the caller did not see is waiting (nothing written: read them again);
+-- otherwise {agent JSON, then per notice sent: subscription id, delivery id,
+-- transport}.
+
+local raw = redis.call("HGET", KEYS[1], ARGV[1])
+if not raw then return false end
+local agent = cjson.decode(raw)
+local state = ARGV[2]
+local expected = cjson.decode(ARGV[6])
+local fires = (state == "idle" or state == "exited") and agent.presence ~= state
+
+if fires then
+  local w = redis.call("HGET", KEYS[5], ARGV[1])
+  if w then
+    local seen = {}
+    for _, sid in ipairs(expected) do seen[sid] = true end
+    for sid, _ in pairs(cjson.decode(w)) do
+      if not seen[sid] then return {"retry"} end
+    end
+  end
+end
+
+agent.presence = state
+if tonumber(ARGV[3]) > tonumber(agent.last_active_us) then
+  agent.last_active_us = ARGV[3]
+end
+local agent_json = cjson.encode(agent)
+redis.call("HSET", KEYS[1], ARGV[1], agent_json)
+
+local out = {agent_json}
+if fires then
+  local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
+    retention = KEYS[6], now_us = ARGV[3], due_ms = ARGV[4], maxlen = ARGV[5],
+    keep_s = ARGV[7]}
+  for i, sid in ipairs(expected) do
+    if take_waiting(KEYS[5], ARGV[1], sid) then
+      for _, v in ipairs(fire_notice(notice_keys(7, i), state, g)) do
+        table.insert(out, v)
+      end
+    end
+  end
+end
+return out

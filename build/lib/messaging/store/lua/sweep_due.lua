@@ -1,0 +1,48 @@
+-- sweep_due: decide, for deliveries whose due time has passed, what the
+-- sweeper does, and push their due time forward so one sweep owns each.
+--
+-- KEYS[1]     due   zset  delivery ids by due time (ms)
+-- KEYS[2..]   dlv   hash  one delivery each
+--
+-- ARGV[1]  now, ms (decimal string)
+-- ARGV[2]  grace before the same delivery is looked at again, ms
+-- ARGV[3]  space-separated transports that are idempotent by delivery id
+--
+-- Returns a flat array of (delivery id, transport, action), action one of
+--   "publish"  never dispatched, a retry or redrive whose time has come, or an
+--              idempotent transport whose worker died: publish a task again
+--   "expired"  a non-idempotent transport's lease ran out: outcome unknown
+-- Deliveries with nothing left to do leave the set.
+
+local now_ms = tonumber(ARGV[1])
+local next_ms = string.format("%d", now_ms + tonumber(ARGV[2]))
+local idempotent = {}
+for t in string.gmatch(ARGV[3], "%S+") do idempotent[t] = true end
+local out = {}
+for i = 2, #KEYS do
+  local d = redis.call("HMGET", KEYS[i], "id", "stage", "lease_until_ms", "transport", "outcome",
+    "redrive")
+  local id = d[1]
+  if id then
+    local score = redis.call("ZSCORE", KEYS[1], id)
+    if score and tonumber(score) <= now_ms then
+      local lease = tonumber(d[3] or "0")
+      local action = nil
+      if lease ~= 0 then
+        if idempotent[d[4]] and not d[5] then action = "publish" else action = "expired" end
+      elseif d[6] == "1" or (not d[5] and d[2] ~= "provider_result_recorded"
+          and d[2] ~= "delivery_observed") then
+        action = "publish"
+      end
+      if action then
+        redis.call("ZADD", KEYS[1], next_ms, id)
+        table.insert(out, id)
+        table.insert(out, d[4])
+        table.insert(out, action)
+      else
+        redis.call("ZREM", KEYS[1], id)
+      end
+    end
+  end
+end
+return out

@@ -1,0 +1,142 @@
+"""The store's side of retention (synchronous, for the sweeper): candidates, removal.
+
+Every stored message sits in the project's retention index (``keys.retention``)
+scored by when the sweeper should look at it: its admission time, then the
+newest activity the sweeper saw. A round reads only the entries whose score
+has passed the cutoff, so its cost follows what is due, never the history.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.lock import Lock
+
+from messaging.store import keys
+from messaging.store.connect import SyncClient
+from messaging.store.scripts import source
+from messaging.store.searchindex import unindex_message
+
+Json = dict[str, Any]
+
+# Held by one sweeper per project while it archives and removes.
+LOCK_TIMEOUT_S = 300
+SECONDS_PER_DAY = 86_400
+US_SUFFIX = "_us"
+
+
+@dataclass
+class Stored:
+    """One candidate message as stored: its hash and its deliveries' hashes."""
+
+    message_id: str
+    record: Json | None
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (delivery id, agent id)
+    deliveries: list[Json] = field(default_factory=list)  # {} where one is gone
+
+
+def final(delivery: Json) -> bool:
+    """True when nothing more will happen to this delivery by itself.
+
+    An outcome is recorded and no redrive or lease is under way, or it was
+    declined. Held, pending and retrying deliveries have no outcome yet.
+    """
+    if delivery.get("declined_us"):
+        return True
+    leased = delivery.get("lease_until_ms") not in (None, "", "0")
+    return bool(delivery.get("outcome")) and delivery.get("redrive") != "1" and not leased
+
+
+def newest_us(stored: Stored) -> int:
+    """The newest activity of a message: its admission, any ``*_us`` time of a delivery."""
+    times = [int(stored.record["created_us"])] if stored.record else [0]
+    for d in stored.deliveries:
+        times += [int(v) for k, v in d.items() if k.endswith(US_SUFFIX) and str(v).isdigit()]
+    return max(times)
+
+
+def archived_ttl_s(retention_s: float) -> int:
+    """How long the ids removed on one day answer 410: the retention period again."""
+    return max(1, int(retention_s) + 1)
+
+
+def archived_days(retention_s: float) -> int:
+    """How many days of archived ids a lookup reads (today and the ones before)."""
+    return int(retention_s) // SECONDS_PER_DAY + 2
+
+
+class RetentionStore:
+    """Typed retention operations on one synchronous client."""
+
+    def __init__(self, client: SyncClient) -> None:
+        self.client = client
+        self._remove = client.register_script(source("remove_messages"))
+
+    def lock(self, project_id: str) -> Lock:
+        """The project's retention lock (not yet taken)."""
+        lock: Lock = self.client.lock(keys.retention_lock(project_id), timeout=LOCK_TIMEOUT_S,
+                                      blocking=False)
+        return lock
+
+    def due(self, project_id: str, cutoff_ms: int, count: int) -> list[str]:
+        """Up to ``count`` message ids whose retention score is at or before the cutoff."""
+        return [str(m) for m in self.client.zrangebyscore(
+            keys.retention(project_id), "-inf", cutoff_ms, start=0, num=count)]
+
+    def load(self, project_id: str, message_ids: list[str]) -> list[Stored]:
+        """Each message's hash and its deliveries' hashes, in two round trips."""
+        pipe = self.client.pipeline(transaction=False)
+        for mid in message_ids:
+            pipe.hgetall(keys.message(project_id, mid))
+        records = [dict(r) if r else None for r in pipe.execute()]
+        pairs = [[(str(d), str(a)) for d, a in json.loads(r["deliveries"])] if r else []
+                 for r in records]
+        for delivery_ids in pairs:
+            for did, _ in delivery_ids:
+                pipe.hgetall(keys.delivery(project_id, did))
+        found = iter(pipe.execute())
+        out = []
+        for mid, record, delivery_ids in zip(message_ids, records, pairs, strict=True):
+            out.append(Stored(mid, record, delivery_ids,
+                              [dict(next(found)) for _ in delivery_ids]))
+        return out
+
+    def forget(self, project_id: str, message_ids: list[str]) -> None:
+        """Take ids of messages no longer stored out of the index."""
+        if message_ids:
+            self.client.zrem(keys.retention(project_id), *message_ids)
+
+    def later(self, project_id: str, scores_ms: dict[str, int]) -> None:
+        """Look at these messages again at these times (only those still indexed)."""
+        if scores_ms:
+            self.client.zadd(keys.retention(project_id), scores_ms, xx=True)
+
+    def remove(self, project_id: str, doomed: list[tuple[Stored, str]], cutoff_us: int,
+               now_ms: int, today: str, retention_s: float) -> list[str]:
+        """Remove archived (message, archive day) pairs still final and old; their ids."""
+        if not doomed:
+            return []
+        script_keys = [keys.retention(project_id), keys.due(project_id),
+                       keys.archived(project_id, today)]
+        layout = []
+        for stored, day in doomed:
+            msg = json.loads(stored.record["json"]) if stored.record else {}
+            streams = sorted(({msg.get("sender_id", "")} | {a for _, a in stored.pairs}) - {""})
+            script_keys += [keys.message(project_id, stored.message_id),
+                            keys.thread(project_id, msg.get("thread_id", stored.message_id))]
+            for did, agent_id in stored.pairs:
+                script_keys += [keys.delivery(project_id, did), keys.inbox(project_id, agent_id)]
+            script_keys += [keys.events(project_id, a) for a in streams]
+            layout.append([stored.message_id, day, len(stored.pairs), len(streams)])
+        args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
+                "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
+        removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]
+        for stored, _ in doomed:
+            if stored.message_id in removed and stored.record:
+                # Off the search index too (each viewer's word list keeps its words).
+                msg = json.loads(stored.record["json"])
+                viewers = [msg["sender_id"], *(a for _, a in stored.pairs)]
+                unindex_message(self.client, project_id, stored.message_id, msg, viewers)
+        return removed

@@ -1,0 +1,127 @@
+"""The search index: per-viewer postings of terms, written after delivery, read by pages.
+
+Each viewer (an agent that sent or received a message, and ``project`` for the
+project token) has one sorted set per term it may find, so a query touches only
+the postings of its own words and filters: its cost follows its matches, not
+the project's history. Admission never writes here; the worker that dispatched
+a delivery indexes its message for the sender and that recipient.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from messaging.searchtext import EVERY, QueryWord, message_terms, message_words
+from messaging.store import keys
+from messaging.store.connect import AsyncClient, SyncClient
+from messaging.store.scripts import Scripts
+
+PROJECT_VIEWER = "project"
+# Score = creation ms * SEQ_SLOTS + project sequence mod SEQ_SLOTS: time-ordered,
+# unique per message (a thousand sends in one millisecond of one project would be
+# needed to collide), exact as a double.
+SEQ_SLOTS = 1000
+# Words one prefix may expand to (the alphabetically first ones).
+PREFIX_TERMS_MAX = 100
+# Entries one page looks at before answering with what it found (and a cursor).
+SCAN_MAX = 5000
+SCAN_BATCH = 200
+# The highest lexical byte: closes a prefix's range of words.
+LEX_TOP = b"\xff"
+
+Json = dict[str, Any]
+
+
+def search_score(created_us: int, seq: int) -> int:
+    """A message's score in every posting: time order, unique, exact."""
+    return created_us // 1000 * SEQ_SLOTS + seq % SEQ_SLOTS
+
+
+def score_bound_ms(ms: int, *, upper: bool) -> int:
+    """The score bound of a time in ms (inclusive either way)."""
+    return ms * SEQ_SLOTS + (SEQ_SLOTS - 1 if upper else 0)
+
+
+def _viewers(viewers: Iterable[str]) -> list[str]:
+    """The agents among ``viewers`` (not ``courier`` or ``human``), and the project."""
+    return sorted({v for v in viewers if v.startswith("agt_")} | {PROJECT_VIEWER})
+
+
+def index_messages(client: SyncClient, project_id: str,
+                   viewers_by_message: dict[str, set[str]]) -> int:
+    """Index each message for its viewers (idempotent); returns how many were found."""
+    read = client.pipeline(transaction=False)
+    mids = list(viewers_by_message)
+    for mid in mids:
+        read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
+    write = client.pipeline(transaction=False)
+    found = 0
+    for mid, (raw, created_us, seq) in zip(mids, read.execute(), strict=True):
+        if not raw:
+            continue  # gone (archived) before it was indexed
+        found += 1
+        msg = json.loads(raw)
+        score = {mid: search_score(int(created_us), int(seq or 0))}
+        terms, words = message_terms(msg), message_words(msg)
+        for viewer in _viewers(viewers_by_message[mid]):
+            for term in terms:
+                write.zadd(keys.search_postings(project_id, viewer, term), score)
+            if words:
+                write.zadd(keys.search_words(project_id, viewer), dict.fromkeys(words, 0))
+    write.execute()
+    return found
+
+
+def unindex_message(client: SyncClient, project_id: str, message_id: str, msg: Json,
+                    viewers: Iterable[str]) -> None:
+    """Remove a message from its viewers' postings (when it leaves the store)."""
+    pipe = client.pipeline(transaction=False)
+    for viewer in _viewers(viewers):
+        for term in message_terms(msg):
+            pipe.zrem(keys.search_postings(project_id, viewer, term), message_id)
+    pipe.execute()
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """Message ids of one page, newest first, and where the next page starts."""
+
+    message_ids: list[str]
+    next_score: str | None
+
+
+class SearchIndex:
+    """Queries of the index (asyncio, the API's side)."""
+
+    def __init__(self, client: AsyncClient, scripts: Scripts) -> None:
+        self.client = client
+        self.scripts = scripts
+
+    async def expand(self, project_id: str, viewer: str, words: list[QueryWord]) -> list[list[str]]:
+        """The terms of each query word: itself, or the indexed words a prefix starts."""
+        prefixes = [w for w in words if w.prefix]
+        pipe = self.client.pipeline(transaction=False)
+        for w in prefixes:
+            low = w.text.encode()
+            pipe.zrangebylex(keys.search_words(project_id, viewer), b"[" + low,
+                             b"[" + low + LEX_TOP, start=0, num=PREFIX_TERMS_MAX)
+        found = iter(await pipe.execute() if prefixes else [])
+        return [[str(t) for t in next(found)] if w.prefix else [w.text] for w in words]
+
+    async def page(self, project_id: str, viewer: str, groups: list[list[str]],
+                   hi: str, lo: str, limit: int) -> SearchPage:
+        """One page of the messages found in every group of terms (newest first)."""
+        if not groups:
+            groups = [[EVERY]]
+        if any(not g for g in groups):
+            return SearchPage([], None)  # a prefix that no indexed word starts
+        postings = [keys.search_postings(project_id, viewer, t) for g in groups for t in g]
+        args = {"sizes": [len(g) for g in groups], "hi": hi, "lo": lo, "limit": limit,
+                "scan_max": SCAN_MAX, "batch": SCAN_BATCH}
+        answer = json.loads(await self.scripts.search_page(keys=postings,
+                                                           args=[json.dumps(args)]))
+        found = answer["ids"] if isinstance(answer["ids"], list) else []  # cjson: {} is []
+        return SearchPage([str(m) for m in found], answer["next"] or None)

@@ -1,0 +1,281 @@
+"""The API's side of the store (asyncio): tokens, projects, agents, messages, reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import redis.exceptions
+
+from messaging import ids
+from messaging.store import connect, keys
+from messaging.store.facts import Lru, identity
+from messaging.store.live import Live
+from messaging.store.scripts import Scripts
+from messaging.store.searchindex import SearchIndex
+
+IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
+REF_ATTEMPTS = 20
+
+Json = dict[str, Any]
+
+
+def _hash(found: Mapping[Any, Any]) -> Json:
+    """A hash reply as a dict of str (the client decodes replies)."""
+    return {str(k): v for k, v in found.items()}
+
+
+class Store:
+    """Typed operations on the store; every key comes from ``keys``."""
+
+    def __init__(self, client: connect.AsyncClient,
+                 waits: connect.AsyncClient | None = None) -> None:
+        self.client = client
+        # Blocking reads (event streams) wait on connections of their own, never the API's.
+        self.waits = waits or client
+        self.scripts = Scripts(client)
+        self.scopes: Lru[str, Json] = Lru()
+        self.identities: Lru[tuple[str, str], Json] = Lru()
+        self.live = Live(client)
+        self.search = SearchIndex(client, self.scripts)
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        """A store on new connections to ``url`` (one server or a cluster)."""
+        return cls(connect.async_client(url), connect.async_client(url))
+
+    async def close(self) -> None:
+        """Close the connection pools."""
+        if self.waits is not self.client:
+            await self.waits.aclose()
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        """True when the store answers."""
+        return bool(await self.client.ping())
+
+    async def memory(self) -> tuple[int, int]:
+        """The store's used memory and its ``maxmemory`` (0: no limit), in bytes."""
+        info: Any = await self.client.info("memory")
+        if info and all(isinstance(v, dict) for v in info.values()):
+            # a cluster answers per node: the fullest node is what refuses writes
+            nodes = list(info.values())
+            fullest = max(nodes, key=lambda n: int(n.get("used_memory", 0)) / max(
+                1, int(n.get("maxmemory", 0)) or 2**62))
+            return int(fullest.get("used_memory", 0)), int(fullest.get("maxmemory", 0))
+        return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+
+    # tokens
+
+    async def token_scope(self, token_hash: str) -> Json:
+        """The scope of a token ({} when unknown); a known one is cached."""
+        scope = self.scopes.get(token_hash)
+        if scope is None:
+            scope = _hash(await self.client.hgetall(keys.token(token_hash)))
+            if scope:
+                self.scopes.put(token_hash, scope)
+        return scope
+
+    async def identity(self, project_id: str, agent_id: str) -> Json | None:
+        """An agent's id, name, ref, bound source and project key (cached), or None."""
+        found = self.identities.get((project_id, agent_id))
+        if found is None:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.agents(project_id), agent_id)
+            pipe.hget(keys.project(project_id), "project_key")
+            raw, project_key = await pipe.execute()
+            if not raw or not project_key:
+                return None
+            found = identity(json.loads(raw), project_key)
+            self.identities.put((project_id, agent_id), found)
+        return found
+
+    # projects
+
+    async def create_project(self, project: Json, token_hash: str) -> bool:
+        """Store a project and its token; False when its key is taken (nothing kept)."""
+        pid = project["id"]
+        # One transaction: a full store refuses all of it (OOM), never half.
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(keys.project(pid), mapping={k: str(v) for k, v in project.items()})
+        pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
+        await pipe.execute()
+        claimed = False
+        try:
+            claimed = bool(await self.client.set(keys.project_by_key(project["project_key"]),
+                                                 pid, nx=True))
+            if claimed:
+                await self.client.sadd(keys.PROJECTS, pid)
+        except redis.exceptions.OutOfMemoryError:
+            # Deleting is allowed in a full store: take back what was written.
+            await self.client.delete(keys.project(pid), keys.token(token_hash))
+            if claimed:
+                await self.client.delete(keys.project_by_key(project["project_key"]))
+            raise
+        if not claimed:
+            await self.client.delete(keys.project(pid), keys.token(token_hash))
+            return False
+        return True
+
+    async def get_project(self, project_id: str) -> Json | None:
+        """A project's hash, or None."""
+        found = await self.client.hgetall(keys.project(project_id))
+        return _hash(found) if found else None
+
+    # agents
+
+    async def register_agent(self, agent: Json, token_hash: str) -> Json:
+        """Store a new agent under a fresh ref, token first; returns the agent."""
+        pid = agent["project_id"]
+        await self.client.hset(
+            keys.token(token_hash),
+            mapping={"kind": "agent", "project_id": pid, "agent_id": agent["id"]},
+        )
+        for _ in range(REF_ATTEMPTS):
+            agent["ref"] = ids.new_ref()
+            try:
+                done = await self.scripts.register_agent(
+                    keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
+                    args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
+                )
+            except redis.exceptions.OutOfMemoryError:
+                await self.client.delete(keys.token(token_hash))  # no token without its agent
+                raise
+            if done:
+                return agent
+        await self.client.delete(keys.token(token_hash))
+        raise RuntimeError("no free agent ref after several tries")
+
+    async def get_agent(self, project_id: str, agent_id: str) -> Json | None:
+        """One agent, or None."""
+        raw = await self.client.hget(keys.agents(project_id), agent_id)
+        return json.loads(raw) if raw else None
+
+    async def list_agents(self, project_id: str) -> list[Json]:
+        """Every agent of the project, in no set order."""
+        raw = await self.client.hgetall(keys.agents(project_id))
+        return [json.loads(v) for v in raw.values()]
+
+    async def agent_names(self, project_id: str) -> list[str]:
+        """Every registered name of the project."""
+        return [str(n) for n in await self.client.hkeys(keys.names(project_id))]
+
+    async def update_agent(
+        self, project_id: str, agent_id: str, fields: Json, touch_us: int | None
+    ) -> Json | None:
+        """Set fields of an agent, move its activity forward; None when missing."""
+        raw = await self.scripts.update_agent(
+            keys=[keys.agents(project_id)],
+            args=[agent_id, json.dumps(fields), "" if touch_us is None else str(touch_us)],
+        )
+        return json.loads(raw) if raw else None
+
+    # messages
+
+    async def admit(
+        self,
+        project_id: str,
+        args: Json,
+        message_json: str,
+        idempotency_key: str | None,
+        operation: str,
+    ) -> Json:
+        """Run the admission script; returns its decoded answer."""
+        sender = args["sender_id"]
+        idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
+        dlv_keys = [keys.delivery(project_id, d) for d in args["delivery_ids"]]
+        script_keys = [
+            keys.agents(project_id),
+            keys.names(project_id),
+            keys.refs(project_id),
+            keys.seq(project_id),
+            keys.message(project_id, args["message_id"]),
+            keys.thread(project_id, args["thread_id"]),
+            keys.due(project_id),
+            idem,
+            *dlv_keys,
+            keys.retention(project_id),
+        ]
+        args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
+        raw = await self.scripts.admit_message(
+            keys=script_keys, args=[json.dumps(args), message_json]
+        )
+        answer: Json = json.loads(raw)
+        return answer
+
+    async def get_message(self, project_id: str, message_id: str) -> Json | None:
+        """A message's hash (``json``, ``created_us``, ``policy``, ...), or None."""
+        found = await self.client.hgetall(keys.message(project_id, message_id))
+        return _hash(found) if found else None
+
+    async def get_messages(self, project_id: str, message_ids: list[str]) -> list[Json | None]:
+        """Several messages in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for mid in message_ids:
+            pipe.hgetall(keys.message(project_id, mid))
+        return [_hash(m) if m else None for m in await pipe.execute()]
+
+    async def thread_message_ids(self, project_id: str, thread_id: str) -> list[str]:
+        """The ids of a thread's messages, oldest first."""
+        return [str(m) for m in await self.client.zrange(keys.thread(project_id, thread_id), 0, -1)]
+
+    # deliveries and the inbox
+
+    async def get_deliveries(self, project_id: str, delivery_ids: list[str]) -> list[Json | None]:
+        """Several deliveries' hashes in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for did in delivery_ids:
+            pipe.hgetall(keys.delivery(project_id, did))
+        return [_hash(d) if d else None for d in await pipe.execute()]
+
+    async def inbox_after(
+        self, project_id: str, agent_id: str, after: int, count: int
+    ) -> list[tuple[str, int]]:
+        """Up to ``count`` (delivery id, sequence) past ``after``, oldest first."""
+        rows = await self.client.zrangebyscore(
+            keys.inbox(project_id, agent_id), f"({after}", "+inf", start=0, num=count,
+            withscores=True,
+        )
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def observe(
+        self, project_id: str, agent_id: str, deliveries: list[tuple[str, str]], now_us: int,
+        *, confirmed: bool = False,
+    ) -> int:
+        """Record that the agent's side showed these (delivery id, sender id) deliveries.
+
+        ``confirmed``: the recipient's host said so itself, which counts after an
+        ``unknown`` outcome too (the outcome stays ``unknown``).
+        """
+        script_keys = [keys.agents(project_id), keys.stats(project_id)]
+        for delivery_id, sender_id in deliveries:
+            script_keys += [keys.delivery(project_id, delivery_id),
+                            keys.events(project_id, sender_id)]
+        return int(
+            await self.scripts.observe_deliveries(
+                keys=script_keys,
+                args=[agent_id, str(now_us), str(keys.EVENTS_MAXLEN), "1" if confirmed else "0"]
+            )
+        )
+
+    async def redrive(self, project_id: str, delivery_id: str, now_ms: int) -> str:
+        """Ask for a new attempt; "ok" or why not ("missing", "accepted", "in_flight")."""
+        return str(await self.scripts.redrive(
+            keys=[keys.due(project_id), keys.delivery(project_id, delivery_id)],
+            args=[str(now_ms)],
+        ))
+
+    async def archived_day(self, project_id: str, some_id: str, days: list[str]) -> str | None:
+        """The archive day of a removed message or delivery, if one of ``days`` removed it."""
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hget(keys.archived(project_id, day), some_id)
+        return next((str(d) for d in await pipe.execute() if d), None)
+
+    async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:
+        """Set read (or ack and read) once; returns [read_us, ack_us]."""
+        out = await self.scripts.mark_message(
+            keys=[keys.delivery(project_id, delivery_id)], args=[kind, str(now_us)]
+        )
+        return [str(v) for v in out]

@@ -1,0 +1,139 @@
+"""The HTTP API (docs/http-api.md): the app factory, its lifespan, error handlers and routers.
+
+``create_app()`` builds the app; ``app`` is the one uvicorn serves
+(``messaging.web.app:app``).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis.exceptions
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from messaging import __version__
+from messaging.config import Settings, get_settings
+from messaging.errors import CourierError, store_full, store_unavailable
+from messaging.models import field_path
+from messaging.runtime.logs import quiet_per_event_logs
+from messaging.runtime.publish import BatchPublisher, Publisher
+from messaging.service.events import Hub
+from messaging.store.store import Store
+from messaging.web import metrics, openapi
+from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
+from messaging.web.deps import Services
+from messaging.web.guard import Gate
+from messaging.web.mcp import MCP_PATH, mcp_app
+from messaging.web.openapi import CourierAPI
+from messaging.web.routes import (
+    console,
+    deliveries,
+    docs,
+    live,
+    messages,
+    ops,
+    projects,
+    search,
+)
+
+# Errors raised by the framework itself (unknown route, undecodable body), in our shape.
+FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
+                   413: "BODY_TOO_LARGE", 422: "INVALID_ARGUMENT"}
+
+
+def _is_send(request: Request) -> bool:
+    path = request.url.path
+    return request.method == "POST" and (path == "/v1/messages" or path.endswith("/reply"))
+
+
+async def _courier_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CourierError)
+    if _is_send(request):
+        metrics.count_admission(exc.code)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"field": field_path(tuple(e["loc"])), "message": e["msg"], "type": e["type"]}
+        for e in exc.errors()
+    ]
+    first = errors[0] if errors else {"field": "body", "message": "invalid request"}
+    err = CourierError(
+        "INVALID_ARGUMENT", f"{first['field']}: {first['message']}",
+        {"field": first["field"], "errors": errors},
+    )
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _framework_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = FRAMEWORK_CODES.get(exc.status_code, "INVALID_ARGUMENT")
+    message = "no such path or method" if code == "NOT_FOUND" else str(exc.detail)
+    err = CourierError(code, message, {"field": "body"} if code == "INVALID_ARGUMENT" else None)
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _store_full(request: Request, exc: Exception) -> JSONResponse:
+    err = store_full()
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _store_down(request: Request, exc: Exception) -> JSONResponse:
+    err = store_unavailable()
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A Courier API app: routers, MCP at ``/mcp``, one lifespan for everything it opens."""
+    settings = settings or get_settings()
+    mcp_endpoint, mcp_sessions = mcp_app(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
+        quiet_per_event_logs(settings)
+        publisher = BatchPublisher(Publisher(settings))
+        publisher.start()
+        store = Store.from_url(settings.store_url)
+        operator_token = settings.resolve_operator_token()
+        svc = Services(settings, store, publisher, operator_token,
+                       Gate(store, operator_token, settings.rate_limit_per_s), Hub(store))
+        app.state.services = svc
+        # What was loaded at start lives as long as the process: keep it out of
+        # every collection, so a collection's pause stays short.
+        gc.collect()
+        gc.freeze()
+        try:
+            async with mcp_sessions.run():
+                yield
+        finally:
+            publisher.stop()
+            await svc.hub.close()
+            await svc.store.close()
+
+    # MCP is an ASGI app of its own, declared beside the routers.
+    mcp_route = Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"])
+    app = CourierAPI(title="Courier", version=__version__, description=openapi.DESCRIPTION,
+                     lifespan=lifespan, routes=[mcp_route],
+                     docs_url=None, redoc_url=None)  # served offline by the docs router
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
+    app.add_exception_handler(CourierError, _courier_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(HTTPException, _framework_error)
+    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
+    app.add_exception_handler(redis.exceptions.ConnectionError, _store_down)
+    app.add_exception_handler(redis.exceptions.TimeoutError, _store_down)
+    for module in (ops, projects, messages, deliveries, live, search, console, docs):
+        app.include_router(module.router)
+    return app
+
+
+app = create_app()

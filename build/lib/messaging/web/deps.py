@@ -1,0 +1,66 @@
+"""What every handler depends on: the process's services and the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from messaging.config import Settings
+from messaging.runtime.publish import BatchPublisher
+from messaging.service.caller import Caller
+from messaging.service.events import Hub
+from messaging.store.store import Store
+from messaging.web.guard import Gate, client_address
+
+
+@dataclass
+class Services:
+    """What the handlers need, built once per process."""
+
+    settings: Settings
+    store: Store
+    publisher: BatchPublisher
+    operator_token: str
+    gate: Gate
+    hub: Hub
+
+
+async def services(request: Request) -> Services:
+    """The process's services (async: a plain def would run in a thread per request)."""
+    found: Services = request.app.state.services
+    return found
+
+
+# Documents the scheme in the OpenAPI schema; the gate answers for a missing token.
+BEARER = HTTPBearer(auto_error=False, description="A Courier token: operator, project or agent.")
+
+
+async def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Caller:
+    """The caller of this request, admitted by the process's gate."""
+    svc = await services(request)
+    token = credentials.credentials if credentials else None
+    return await svc.gate.admit(token, client_address(request.scope))
+
+
+Svc = Annotated[Services, Depends(services)]
+Who = Annotated[Caller, Depends(caller)]
+
+
+class FastJSONResponse(JSONResponse):
+    """JSON rendered by orjson: the same UTF-8 text, several times faster."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def ok(body: dict[str, Any], status: int = 200) -> JSONResponse:
+    """A JSON answer."""
+    return FastJSONResponse(body, status_code=status)

@@ -1,0 +1,118 @@
+"""``GET /metrics``: Prometheus text.
+
+Admissions are counted by each API process. Delivery figures come from the
+store's per-project counters (``keys.stats``), which every worker on every
+machine writes in the same scripts that record outcomes, so any API process
+shows the whole deployment. Queue depths are read from the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from messaging.service.sending import Sent
+from messaging.store import keys
+from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
+from messaging.store.store import Store
+
+ADMISSIONS = Counter("courier_admissions", "Sends and replies answered, by outcome or error code",
+                     ["outcome"])
+OUTCOMES = ("accepted", "rejected", "failed", "unknown")
+# Used memory this close to maxmemory counts as full: a send needs a few KB.
+FULL_MARGIN_BYTES = 64 * 1024
+
+
+def store_full(used_bytes: int, max_bytes: int) -> bool:
+    """True when the store has a memory limit and is (all but) at it."""
+    return max_bytes > 0 and used_bytes >= max_bytes - FULL_MARGIN_BYTES
+
+
+async def store_counters(store: Store) -> tuple[dict[str, int], int]:
+    """Every project's delivery counters added up, and the deliveries still due."""
+    project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
+    pipe = store.client.pipeline(transaction=False)
+    for pid in project_ids:
+        pipe.hgetall(keys.stats(pid))
+        pipe.zcard(keys.due(pid))
+    raw = await pipe.execute()
+    totals: dict[str, int] = {}
+    due = 0
+    for stats, waiting in zip(raw[::2], raw[1::2], strict=True):
+        for field, value in stats.items():
+            totals[field] = totals.get(field, 0) + int(value)
+        due += int(waiting)
+    return totals, due
+
+
+class Snapshot:
+    """A collector over figures read once for one scrape."""
+
+    def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int],
+                 memory: tuple[int, int]) -> None:
+        self.totals, self.due, self.depths, self.memory = totals, due, depths, memory
+
+    def collect(self) -> Iterator[Metric]:
+        """The delivery families."""
+        outcomes = CounterMetricFamily("courier_deliveries", "Delivery outcomes recorded",
+                                       labels=["outcome"])
+        for outcome in OUTCOMES:
+            outcomes.add_metric([outcome], self.totals.get(f"outcome:{outcome}", 0))
+        yield outcomes
+        yield CounterMetricFamily("courier_deliveries_observed", "Deliveries the recipient's "
+                                  "side showed", value=self.totals.get("observed", 0))
+        yield CounterMetricFamily("courier_delivery_retries", "Attempts that failed before "
+                                  "hand-off and were scheduled again",
+                                  value=self.totals.get("retry", 0))
+        yield GaugeMetricFamily("courier_deliveries_due", "Deliveries waiting for dispatch, "
+                                "a retry or a lease to end", value=self.due)
+        yield self._latency()
+        depth = GaugeMetricFamily("courier_queue_depth", "Tasks waiting in the broker",
+                                  labels=["queue"])
+        for queue, size in sorted(self.depths.items()):
+            depth.add_metric([queue], size)
+        yield depth
+        yield GaugeMetricFamily("courier_store_used_memory_bytes", "The store's used memory",
+                                value=self.memory[0])
+        yield GaugeMetricFamily("courier_store_max_memory_bytes", "The store's maxmemory "
+                                "(0: no limit); writes answer STORE_FULL at it",
+                                value=self.memory[1])
+
+    def _latency(self) -> HistogramMetricFamily:
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound in [*map(str, DISPATCH_BUCKETS_MS), INF]:
+            running += self.totals.get(f"dispatch_ms_le:{bound}", 0)
+            le = "+Inf" if bound == INF else str(int(bound) / 1000)
+            buckets.append((le, running))
+        return HistogramMetricFamily(
+            "courier_dispatch_latency_seconds", "Admission to recorded outcome",
+            buckets=buckets, sum_value=self.totals.get("dispatch_ms_sum", 0) / 1000)
+
+
+def render(totals: dict[str, int], due: int, depths: dict[str, int],
+           memory: tuple[int, int]) -> bytes:
+    """The exposition text: this process's counters and the deployment's figures."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshot(totals, due, depths, memory))
+    return generate_latest(REGISTRY) + generate_latest(registry)
+
+
+def count_admission(outcome: str) -> None:
+    """Count one answered send or reply."""
+    ADMISSIONS.labels(outcome=outcome).inc()
+
+
+def count_sent(sent: Sent) -> Sent:
+    """Count one send or reply answered with success (201 new, 200 replayed); returns it."""
+    count_admission("replayed" if sent.status == 200 else "admitted")
+    return sent
+
+

@@ -1,0 +1,30 @@
+"""Deliveries: what happened, redrive, observation."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from messaging.service import reading, redrive
+from messaging.web import answers
+from messaging.web.deps import Svc, Who, ok
+
+router = APIRouter(tags=["deliveries"])
+
+
+@router.get("/v1/deliveries/{delivery_id}", response_model=answers.Delivery)
+async def get_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """What happened to one delivery, stage by stage."""
+    return ok(await reading.get_delivery(svc.store, who, delivery_id))
+
+
+@router.post("/v1/deliveries/{delivery_id}/redrive", response_model=answers.Delivery)
+async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Send a delivery again on the same route with the same id (project token)."""
+    return ok(await redrive.redrive(svc.store, svc.publisher, who, delivery_id))
+
+
+@router.post("/v1/deliveries/{delivery_id}/observed", response_model=answers.Delivery)
+async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The recipient's host showed this delivery."""
+    return ok(await reading.observed(svc.store, who, delivery_id))

@@ -1,0 +1,72 @@
+"""Messages: sending, replying, reading, marking, threads and the inbox."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from messaging.models import InboxQuery, ReplyIn, SendIn
+from messaging.service import reading, sending
+from messaging.web import answers, metrics
+from messaging.web.deps import Svc, Who, ok
+
+# A send repeated with its idempotency key answers 200 with the stored result.
+REPLAY: dict[int | str, dict[str, object]] = {
+    200: {"model": answers.Sent, "description": "an idempotent replay"}}
+
+router = APIRouter(tags=["messages"])
+
+
+@router.post("/v1/messages", status_code=201, response_model=answers.Sent, responses=REPLAY)
+async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
+    """Admit a message."""
+    sent = metrics.count_sent(await sending.send(svc.store, svc.settings, svc.publisher, who,
+                                                 body))
+    return ok(sent.body, sent.status)
+
+
+@router.post("/v1/messages/{message_id}/reply", status_code=201, response_model=answers.Sent,
+             responses=REPLAY)
+async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
+    """Reply in the message's thread, to its sender."""
+    sent = metrics.count_sent(await sending.reply(svc.store, svc.settings, svc.publisher, who,
+                                                  message_id, body))
+    return ok(sent.body, sent.status)
+
+
+@router.get("/v1/messages/{message_id}", response_model=answers.Message)
+async def get_message(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """One message, as the caller may see it."""
+    return ok(await reading.get_message(svc.store, who, message_id))
+
+
+@router.post("/v1/messages/{message_id}/read", response_model=answers.Marks)
+async def mark_read(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Mark a received message read."""
+    return ok(await reading.mark(svc.store, who, message_id, "read"))
+
+
+@router.post("/v1/messages/{message_id}/ack", response_model=answers.Marks)
+async def mark_ack(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Acknowledge a received message."""
+    return ok(await reading.mark(svc.store, who, message_id, "ack"))
+
+
+@router.get("/v1/messages/{message_id}/deliveries", response_model=answers.Deliveries)
+async def message_deliveries(message_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """The deliveries of one message."""
+    return ok(await reading.message_deliveries(svc.store, who, message_id))
+
+
+@router.get("/v1/threads/{thread_id}", response_model=answers.Thread)
+async def get_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """A thread's messages the caller may see."""
+    return ok(await reading.get_thread(svc.store, who, thread_id))
+
+
+@router.get("/v1/agents/me/inbox", response_model=answers.InboxPage)
+async def get_inbox(q: Annotated[InboxQuery, Query()], svc: Svc, who: Who) -> JSONResponse:
+    """A page of the caller's inbox."""
+    return ok(await reading.inbox(svc.store, who, q))

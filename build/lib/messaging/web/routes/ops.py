@@ -1,0 +1,59 @@
+"""Operations: liveness, readiness, Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.exceptions
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from messaging.web import answers, metrics
+from messaging.web.deps import Svc, ok
+
+router = APIRouter(tags=["operations"])
+
+# How long /readyz and /metrics wait for the broker.
+BROKER_PROBE_TIMEOUT_S = 3.0
+
+
+@router.get("/healthz", response_class=PlainTextResponse)
+async def healthz() -> PlainTextResponse:
+    """The process is up."""
+    return PlainTextResponse("ok\n")
+
+
+@router.get("/readyz", response_model=answers.Ready,
+            responses={503: {"model": answers.Ready, "description": "not ready"}})
+async def readyz(svc: Svc) -> JSONResponse:
+    """The store and the broker both answer, and the store has room for writes."""
+    used, limit = 0, 0
+    try:
+        store_ok = await svc.store.ping()
+        used, limit = await svc.store.memory()
+    except redis.exceptions.RedisError:
+        store_ok = False
+    full = metrics.store_full(used, limit)
+    try:
+        broker_ok = await asyncio.wait_for(
+            asyncio.to_thread(svc.publisher.publisher.ping), BROKER_PROBE_TIMEOUT_S)
+    except TimeoutError:
+        broker_ok = False
+    ready = store_ok and broker_ok and not full
+    return ok({"ready": ready, "store": store_ok, "broker": broker_ok, "store_full": full,
+               "store_used_memory_bytes": used, "store_max_memory_bytes": limit},
+              200 if ready else 503)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def prometheus(svc: Svc) -> PlainTextResponse:
+    """Prometheus text: admissions here, deliveries and queues of the deployment."""
+    totals, due = await metrics.store_counters(svc.store)
+    memory = await svc.store.memory()
+    try:
+        depths = await asyncio.wait_for(
+            asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
+    except Exception:  # broker unreachable: the other figures still help
+        depths = {}
+    return PlainTextResponse(metrics.render(totals, due, depths, memory).decode(),
+                             media_type="text/plain; version=0.0.4")

@@ -1,0 +1,1 @@
+"""Courier's Celery side: the app, delivery tasks, the sweeper and transports."""

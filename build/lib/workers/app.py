@@ -1,0 +1,29 @@
+"""The Celery app: ``celery -A workers.app worker -Q deliver.inbox,deliver.webhook``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from celery import Celery, signals
+
+from messaging.config import SettingsError, get_settings
+from messaging.runtime.celeryconf import celery_config
+from messaging.runtime.logs import quiet_per_event_logs
+
+app = Celery("courier", include=["workers.tasks", "workers.retention"])
+try:
+    app.conf.update(celery_config(get_settings()))
+except SettingsError as exc:  # say why in one line, not with a traceback
+    sys.exit(f"courier worker cannot start: {exc}")
+# Beat keeps its schedule in the data dir (the Procfile's `beat -s`): under a
+# Procfile runner nothing else may have created it yet.
+get_settings().data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _quiet_logs(**_: Any) -> None:
+    """Per-task lines only with COURIER_LOG_TASKS (workers and beat alike)."""
+    quiet_per_event_logs(get_settings())
+
+
+signals.after_setup_logger.connect(_quiet_logs, weak=False)

@@ -1,0 +1,180 @@
+"""The one path of a delivery through a worker, whatever its transport.
+
+Lease (fenced), prepare (load the recipient, check its settings again, build
+the message), call the transport, judge its answer, schedule retries from our
+own due-time set, keep endpoint health, record under the lease's token.
+
+What is recorded is what is known:
+    an exception before the transport handed the request off   failed, at once
+    an exception after it (non-idempotent transport)           unknown
+    an exception after it (idempotent transport)               retried
+    ``retry`` past the last wait of the schedule               failed
+One delivery's trouble never stops the others of its task.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from pydantic import ValidationError
+
+from messaging.config import Settings
+from messaging.service.views import message_view
+from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
+from workers import transports
+from workers.transports.base import Delivery, Outcome, OutcomeKind, Transport
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+LEASE_LOST = "lease lost before hand-off"
+
+
+class LeaseLost(RuntimeError):
+    """Another worker owns the delivery now: the request must not leave."""
+
+
+def health(settings: Settings) -> EndpointHealth:
+    """When an endpoint counts as unhealthy, and how often it is probed then."""
+    return EndpointHealth(
+        failures=settings.webhook_unhealthy_failures,
+        after_ms=int(settings.webhook_unhealthy_after_s * 1000),
+        probe_ms=int(settings.webhook_probe_interval_s * 1000),
+    )
+
+
+def _error(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"[:500] if text else type(e).__name__
+
+
+class Dispatcher:
+    """Runs deliveries of one project through one transport."""
+
+    def __init__(self, store: DeliveryStore, settings: Settings) -> None:
+        self.store, self.settings = store, settings
+        self.health = health(settings)
+
+    def run(self, transport: Transport, project_id: str,
+            delivery_ids: list[str]) -> tuple[Counter[str], list[Leased]]:
+        """Lease what is free of these deliveries, carry it, record.
+
+        Returns the outcomes recorded, by kind, and what was leased.
+        """
+        lease_ms = int(transport.lease_s * 1000)
+        if transport.idempotent:
+            leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
+            return self._carry(transport, project_id, leased), leased
+        # One lease per request, taken just before it: a lease never runs out
+        # while its delivery waits behind others in the same task.
+        counts: Counter[str] = Counter()
+        every: list[Leased] = []
+        for delivery_id in delivery_ids:
+            leased = self.store.lease(project_id, [delivery_id], lease_ms, False)
+            counts += self._carry(transport, project_id, leased)
+            every += leased
+        return counts, every
+
+    def _carry(self, transport: Transport, project_id: str,
+               leased: list[Leased]) -> Counter[str]:
+        if not leased:
+            return Counter()
+        prepared = self._prepare(transport, project_id, leased)
+        ready = [p for p in prepared if isinstance(p, Delivery)]
+        try:
+            answers = iter(transport.deliver_all(ready))
+        except Exception as e:  # a deliver_all that gave up on all of them
+            answers = iter([e] * len(ready))
+        outcomes: list[Outcome] = []
+        for item in prepared:
+            if isinstance(item, Delivery):
+                outcomes.append(self._judge(transport, item, next(answers, None)))
+            else:
+                outcomes.append(item)
+        return self._record(project_id, leased, outcomes)
+
+    def _prepare(self, transport: Transport, project_id: str,
+                 leased: list[Leased]) -> list[Delivery | Outcome]:
+        """A Delivery for each lease, or the failure that stops it before hand-off."""
+        try:
+            loaded = self.store.load_for_send(project_id, leased, transport.wants_message)
+        except Exception as e:  # nothing was sent: every one of them failed here
+            return [Outcome(OutcomeKind.FAILED, f"not sent: {_error(e)}") for _ in leased]
+        out: list[Delivery | Outcome] = []
+        for lease, (record, agent) in zip(leased, loaded, strict=True):
+            try:
+                out.append(self._delivery(transport, project_id, lease, record, agent))
+            except ValidationError as e:
+                first = e.errors(include_url=False, include_input=False)[0]
+                field = ".".join(str(part) for part in first["loc"])
+                message = first["msg"].removeprefix("Value error, ")
+                out.append(Outcome(OutcomeKind.FAILED,
+                                   f"not sent: transport.{field}: {message}"))
+            except Exception as e:  # the worker's own trouble: nothing was sent
+                out.append(Outcome(OutcomeKind.FAILED, f"not sent: {_error(e)}"))
+        return out
+
+    def _delivery(self, transport: Transport, project_id: str, lease: Leased,
+                  record: Json | None, agent: Json | None) -> Delivery:
+        if agent is None or (transport.wants_message and record is None):
+            raise LookupError("recipient or message missing")
+        kind = agent["transport"].get("kind")
+        if kind != transport.kind:
+            raise LookupError(f"the recipient's transport is {kind}, not {transport.kind}")
+        settings = transports.parse(transport.kind, agent["transport"], self.settings)
+        message: Json = {}
+        if record is not None and transport.wants_message:
+            message = message_view(record, full=False, viewer_id=lease.agent_id)
+            message["delivery_id"] = lease.delivery_id
+        on_hand_off = None if transport.idempotent else self._marker(project_id, lease)
+        return Delivery(project_id, lease, agent, settings, message, on_hand_off)
+
+    def _marker(self, project_id: str, lease: Leased) -> Any:
+        def mark() -> None:
+            if not self.store.mark_handed_off(project_id, lease):
+                raise LeaseLost(LEASE_LOST)
+        return mark
+
+    def _judge(self, transport: Transport, delivery: Delivery,
+               answer: Outcome | BaseException | None) -> Outcome:
+        if isinstance(answer, Outcome):
+            return answer
+        if answer is None:
+            answer = RuntimeError(f"{transport.kind} gave no answer")
+        if not delivery.handed_off:
+            return Outcome(OutcomeKind.FAILED, f"not sent: {_error(answer)}")
+        log.warning("delivery %s: %s crashed after hand-off: %s", delivery.delivery_id,
+                    transport.kind, _error(answer))
+        if transport.idempotent:
+            return Outcome(OutcomeKind.RETRY, f"crashed after hand-off: {_error(answer)}")
+        return Outcome(OutcomeKind.UNKNOWN, f"crashed after hand-off: {_error(answer)}")
+
+    def _result(self, lease: Leased, outcome: Outcome) -> Result:
+        kind, retry_at_ms = str(outcome.kind), 0
+        schedule = self.settings.retry_schedule_s
+        if outcome.kind == OutcomeKind.RETRY:
+            if lease.round_attempt <= len(schedule):
+                wait_s = schedule[lease.round_attempt - 1]
+                retry_at_ms = int((time.time() + wait_s) * 1000)
+            else:
+                kind = str(OutcomeKind.FAILED)
+        return Result(kind, retry_at_ms, outcome.error, outcome.displayed, outcome.endpoint)
+
+    def _record(self, project_id: str, leased: list[Leased],
+                outcomes: list[Outcome]) -> Counter[str]:
+        results = [self._result(lease, outcome) for lease, outcome in zip(leased, outcomes,
+                                                                          strict=True)]
+        recorded = self.store.record_outcomes(project_id, list(zip(leased, results, strict=True)),
+                                              self.health)
+        counts: Counter[str] = Counter()
+        for lease, result, ok in zip(leased, results, recorded, strict=True):
+            if ok:
+                counts[result.kind] += 1
+            else:
+                counts["lease_lost"] += 1
+                log.warning("delivery %s: lease lost before its outcome (%s) was recorded",
+                            lease.delivery_id, result.kind)
+        return counts

@@ -1,0 +1,118 @@
+"""Celery tasks: delivery (one transport, several deliveries) and the sweeper."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+
+import redis
+from celery.utils.log import get_task_logger
+
+from messaging.config import get_settings
+from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK
+from messaging.runtime.publish import Publisher
+from messaging.service.subscriptions import expire_due_sync
+from messaging.store.deliveries import DeliveryStore, Leased, now_ms
+from messaging.store.searchindex import index_messages
+from workers import transports
+from workers.app import app
+from workers.dispatch import Dispatcher
+
+log: logging.Logger = get_task_logger(__name__)
+
+LEASE_EXPIRED = "the worker's lease ran out after the request was handed off; whether " \
+    "the receiver got it is unknown"
+LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the request off"
+
+_store: tuple[int, DeliveryStore] | None = None
+_publisher: tuple[int, Publisher] | None = None
+
+
+def store() -> DeliveryStore:
+    """This process's store connection (made after fork, never shared across it)."""
+    global _store
+    if _store is None or _store[0] != os.getpid():
+        _store = (os.getpid(), DeliveryStore.from_url(get_settings().store_url))
+    return _store[1]
+
+
+def publisher() -> Publisher:
+    """This process's publisher, for the sweeper."""
+    global _publisher
+    if _publisher is None or _publisher[0] != os.getpid():
+        _publisher = (os.getpid(), Publisher(get_settings()))
+    return _publisher[1]
+
+
+def summary(transport: str, project_id: str, counts: Counter[str]) -> str:
+    """What a delivery task did, as Flower shows it: its outcomes by kind."""
+    if not counts:
+        return f"{transport} {project_id}: nothing to do (leased or recorded elsewhere)"
+    told = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+    done = sum(counts.values())
+    if counts.get("failed", 0) == done:
+        told += " (all failed)"
+    return f"{transport} {project_id}: {told}"
+
+
+@app.task(name=DELIVER_TASK)
+def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> str:
+    """Lease what is free of these deliveries, deliver it, record outcomes.
+
+    A duplicate task finds the leases taken or the outcomes recorded and does
+    nothing; returns what it recorded, by outcome.
+    """
+    counts, leased = Dispatcher(store(), get_settings()).run(transports.get(transport),
+                                                             project_id, delivery_ids)
+    if leased:
+        index(project_id, leased)
+    return summary(transport, project_id, counts)
+
+
+def index(project_id: str, leased: list[Leased]) -> None:
+    """Make dispatched messages searchable by their senders and these recipients.
+
+    After the outcome is recorded, so search never delays a delivery; a failure
+    here is logged and leaves the delivery as recorded.
+    """
+    viewers: dict[str, set[str]] = {}
+    for lease in leased:
+        viewers.setdefault(lease.message_id, set()).update((lease.agent_id, lease.sender_id))
+    try:
+        index_messages(store().client, project_id, viewers)
+    except redis.RedisError as exc:
+        log.warning("search index of %s not updated: %s", sorted(viewers), exc)
+
+
+# No task events: a sweep every few seconds would push the delivery tasks out
+# of Flower's history on a quiet deployment.
+@app.task(name=SWEEP_TASK, send_events=False)
+def sweep() -> int:
+    """Publish again what was admitted but never dispatched, is due for a retry
+    or a redrive, or whose idempotent worker died; record the outcome where a
+    non-idempotent worker's lease ran out.
+
+    Returns how many deliveries were published again.
+    """
+    grace_ms = int(get_settings().outbox_grace_s * 1000)
+    idempotent = [kind for kind, t in transports.installed().items() if t.idempotent]
+    published = 0
+    for project_id in store().project_ids():
+        # Expired subscriptions first: their notices are due at once, so this
+        # round publishes them.
+        expire_due_sync(store().client, project_id, now_ms())
+        actions = store().sweep(project_id, grace_ms, idempotent)
+        todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
+        for a in actions:
+            if a.action != "expired":
+                continue
+            outcome = store().expire_lease(project_id, a.delivery_id, LEASE_EXPIRED,
+                                           LEASE_EXPIRED_NOT_SENT)
+            if outcome:
+                log.warning("delivery %s: lease ran out; outcome %s", a.delivery_id, outcome)
+        if todo:
+            publisher().publish_grouped(todo)
+            published += len(todo)
+            log.info("sweeper published %d deliveries of %s again", len(todo), project_id)
+    return published

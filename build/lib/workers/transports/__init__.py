@@ -1,0 +1,87 @@
+"""Transports: how a delivery reaches its recipient.
+
+Built-ins and third-party transports alike are found through the entry point
+group ``courier.transports`` (name -> a ``Transport`` subclass). The API reads
+their declarations (settings model, queue, batch size) without starting them;
+workers start one instance of each per process.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import ValidationError
+
+from messaging.config import Settings, get_settings
+from messaging.errors import CourierError, invalid
+from workers.transports.base import Transport, TransportSettings
+
+ENTRY_POINT_GROUP = "courier.transports"
+
+
+@lru_cache(maxsize=1)
+def installed() -> dict[str, type[Transport]]:
+    """Every installed transport class, by kind."""
+    found: dict[str, type[Transport]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        cls = ep.load()
+        if not (isinstance(cls, type) and issubclass(cls, Transport)):
+            raise TypeError(f"entry point {ep.name} of {ENTRY_POINT_GROUP} is not a Transport")
+        found[cls.kind] = cls
+    return dict(sorted(found.items()))
+
+
+@lru_cache(maxsize=1)
+def _instances() -> dict[str, Transport]:
+    settings = get_settings()
+    return {kind: cls(settings) for kind, cls in installed().items()}
+
+
+def get(kind: str) -> Transport:
+    """This process's instance of a transport.
+
+    Raises:
+        KeyError: no transport of that kind is installed.
+    """
+    return _instances()[kind]
+
+
+def parse(kind: str, stored: dict[str, Any], settings: Settings) -> TransportSettings:
+    """A stored transport's settings, validated against today's rules.
+
+    Raises:
+        KeyError: no transport of that kind is installed.
+        pydantic.ValidationError: the settings break a rule.
+    """
+    fields = {k: v for k, v in stored.items() if k != "kind"}
+    return installed()[kind].settings_model.model_validate(fields,
+                                                           context={"settings": settings})
+
+
+def validate(raw: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """A registration's ``transport`` object, validated by its transport's settings model.
+
+    Returns what is stored: ``{"kind", ...settings}`` with defaults filled in.
+
+    Raises:
+        CourierError: INVALID_ARGUMENT naming the field (``transport.kind``,
+            ``transport.url``, ...).
+    """
+    kind = raw.get("kind")
+    kinds = installed()
+    if not isinstance(kind, str) or kind not in kinds:
+        raise invalid("transport.kind", f"must be one of {', '.join(kinds)}")
+    try:
+        parsed = parse(kind, raw, settings)
+    except ValidationError as e:
+        raise _named(e) from None
+    return {"kind": kind, **parsed.model_dump(mode="json", exclude_none=True)}
+
+
+def _named(error: ValidationError) -> CourierError:
+    first = error.errors(include_url=False, include_input=False)[0]
+    loc = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return invalid(f"transport.{loc}" if loc else "transport", message)
