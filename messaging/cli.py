@@ -159,6 +159,10 @@ def agent_register(
     secret: Annotated[str | None, typer.Option(help="webhook signing secret")] = None,
     program: Annotated[str | None, typer.Option()] = None,
     model: Annotated[str | None, typer.Option()] = None,
+    parent: Annotated[str | None, typer.Option(help="agent id of the session it works for")
+                      ] = None,
+    hold: Annotated[bool, typer.Option("--hold", help="hold mail from other agents for the "
+                                                      "project's human")] = False,
     url: Url = None,
     token: Token = None,
     as_json: AsJson = False,
@@ -167,7 +171,10 @@ def agent_register(
     transport: dict[str, Any] = {"kind": "inbox"}
     if webhook:
         transport = {"kind": "webhook", "url": webhook, **({"secret": secret} if secret else {})}
-    fields = {k: v for k, v in {"program": program, "model": model}.items() if v}
+    fields: dict[str, Any] = {k: v for k, v in {"program": program, "model": model,
+                                                "parent": parent}.items() if v}
+    if hold:
+        fields["inbound"] = "hold"
     a = _call(url, token, CourierClient.register_agent, project_id, name, transport, **fields)
     if as_json:
         _print_json(a)
@@ -236,10 +243,29 @@ def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJso
         return
     table = Table("agent", "status", "presence", "transport")
     table.add_column("last active", no_wrap=True, min_width=len("2026-01-01T00:00:00.000000Z"))
-    for r in rows:
-        table.add_row(escape(r["label"]), r["status"], r["presence"], _transport(r["transport"]),
-                      r["last_active_ts"])
+    for depth, r in _as_tree(rows):
+        hold = " (holds mail)" if r.get("inbound") == "hold" else ""
+        table.add_row("  " * depth + escape(r["label"]) + hold, r["status"], r["presence"],
+                      _transport(r["transport"]), r["last_active_ts"])
     out.print(table)
+
+
+def _as_tree(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Sessions in list order, each followed by its subagents, indented by depth."""
+    ids = {r["agent_id"] for r in rows}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for r in rows:
+        parent = r.get("parent") if r.get("parent") in ids else None
+        children.setdefault(parent, []).append(r)
+    ordered: list[tuple[int, dict[str, Any]]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for r in children.get(parent, []):
+            ordered.append((depth, r))
+            walk(r["agent_id"], depth + 1)
+
+    walk(None, 0)
+    return ordered
 
 
 @app.command()
@@ -509,6 +535,15 @@ def search(
         out.print("nothing found")
     if page["next_cursor"]:
         out.print(f"more: --cursor {page['next_cursor']}")
+
+def _install_commands(root: typer.Typer) -> None:
+    """Commands kept in modules of their own."""
+    from messaging.cli_targets import install
+
+    install(root)
+
+
+_install_commands(app)
 
 
 @app.command("archive")

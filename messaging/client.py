@@ -15,6 +15,7 @@ import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -137,6 +138,34 @@ class CourierClient:
     def close_agent(self, project_id: str, agent_id: str) -> Json:
         """The agent's conversation is gone for good (project token)."""
         return self.request("POST", f"/v1/projects/{project_id}/agents/{agent_id}/close")
+
+    def allow_name(self, project_id: str, name: str, ttl_s: int | None = None) -> Json:
+        """Authorize a name before any agent has it (project token)."""
+        body = {} if ttl_s is None else {"ttl_s": ttl_s}
+        return self.request("PUT", f"/v1/projects/{project_id}/names/{quote(name, safe='')}",
+                            json=body)
+
+    def names(self, project_id: str) -> list[Json]:
+        """The project's authorized names (project token)."""
+        rows: list[Json] = self.request("GET", f"/v1/projects/{project_id}/names")["names"]
+        return rows
+
+    def end_name(self, project_id: str, name: str) -> Json:
+        """End an authorization; mail waiting for it fails (project token)."""
+        return self.request("DELETE", f"/v1/projects/{project_id}/names/{quote(name, safe='')}")
+
+    def held(self, project_id: str) -> list[Json]:
+        """Held deliveries, oldest first, each with its message (project token)."""
+        rows: list[Json] = self.request("GET", f"/v1/projects/{project_id}/held")["deliveries"]
+        return rows
+
+    def release(self, delivery_id: str) -> Json:
+        """Let a held delivery go to its recipient (project token)."""
+        return self.request("POST", f"/v1/deliveries/{delivery_id}/release")
+
+    def decline(self, delivery_id: str) -> Json:
+        """Refuse a held delivery: it ends rejected (project token)."""
+        return self.request("POST", f"/v1/deliveries/{delivery_id}/decline")
 
     def set_presence(self, state: str) -> Json:
         """Report busy, idle, exited or source_lost (agent token)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,8 @@ INBOX_LIMIT_MAX = 500
 SEARCH_Q_MAX = 500
 SUBSCRIPTION_TTL_S = 3600
 SUBSCRIPTION_TTL_MAX_S = 7 * 24 * 3600
+NAME_TTL_S = 3600
+NAME_TTL_MAX_S = 7 * 24 * 3600
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 THREAD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -48,6 +51,13 @@ class NotificationPolicy(StrEnum):
 
     WAKE = "wake"  # may wake the recipient's host
     QUIET = "quiet"  # stored for inbox and search, wakes no one
+
+
+class Inbound(StrEnum):
+    """What happens to mail from other agents."""
+
+    OPEN = "open"
+    HOLD = "hold"  # waits for the project's human to release or decline it
 
 
 class DeliveryPolicy(StrEnum):
@@ -77,12 +87,42 @@ def _one_line(value: str) -> str:
 
 
 def check_name(value: str) -> str:
-    """An agent name: 1-64 characters, one line, no brackets, no outer spaces."""
+    """A name's form: one line, no brackets, no control or bidi characters, no outer spaces."""
     _one_line(value)
+    _visible_text(value)
     if "[" in value or "]" in value:
         raise ValueError("must not contain [ or ]")
     if value != value.strip():
         raise ValueError("must not start or end with white space")
+    return value
+
+
+# Bidirectional-override, embedding, isolate and mark characters: they make a
+# name read differently from what it is.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                          "\u2066\u2067\u2068\u2069")
+RESERVED_NAMES = frozenset({"main", "courier", "human"})
+AGENT_ID_PREFIX = "agt_"
+
+
+def _visible_text(value: str) -> str:
+    for ch in value:
+        if unicodedata.category(ch) == "Cc":
+            raise ValueError(f"must not contain control characters (U+{ord(ch):04X})")
+        if ch in BIDI_CONTROLS:
+            raise ValueError(f"must not contain bidirectional controls (U+{ord(ch):04X})")
+    return value
+
+
+def check_agent_name(value: str) -> str:
+    """A name an agent may take: a valid name, not reserved, not like an agent id."""
+    if not 1 <= len(value) <= NAME_MAX:
+        raise ValueError(f"must be 1-{NAME_MAX} characters")
+    check_name(value)
+    if value.startswith(AGENT_ID_PREFIX):
+        raise ValueError(f"must not start with {AGENT_ID_PREFIX} (agent ids do)")
+    if value.lower() in RESERVED_NAMES:
+        raise ValueError(f"{value} is reserved ({', '.join(sorted(RESERVED_NAMES))})")
     return value
 
 
@@ -135,7 +175,7 @@ class Model(BaseModel):
 
 OneLine = Annotated[str, AfterValidator(_one_line)]
 Name = Annotated[
-    str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_name)
+    str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
 ]
 Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
@@ -185,9 +225,17 @@ class AgentIn(Model):
     name: Name
     transport: TransportIn
     bound_source: BoundSourceIn | None = None
+    parent: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    inbound: Annotated[Inbound, ByValue] = Inbound.OPEN
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     model: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     description: ShortText | None = None
+
+
+class NameAllowIn(Model):
+    """``PUT /v1/projects/{project_id}/names/{name}``."""
+
+    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S)] = NAME_TTL_S
 
 
 class PresenceIn(Model):
@@ -219,6 +267,7 @@ class SendFields(Model):
     project_key: str | None = None
     sender_name: str | None = None
     summary: str | None = None
+    probe: bool = False
 
     @field_validator("summary")
     @classmethod

@@ -14,6 +14,7 @@ from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK
 from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, Leased, now_ms
+from messaging.store.names import expire_names
 from messaging.store.searchindex import index_messages
 from workers import transports
 from workers.app import app
@@ -102,8 +103,12 @@ def sweep() -> int:
         # Expired subscriptions first: their notices are due at once, so this
         # round publishes them.
         expire_due_sync(store().client, project_id, now_ms())
+        # Authorized names that ran out: their waiting mail fails (or, for a
+        # name registered meanwhile, is bound and published now).
+        bound = expire_names(store().client, project_id, now_ms() * 1000, now_ms())
         actions = store().sweep(project_id, grace_ms, idempotent)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
+        todo += [(project_id, b.transport, b.delivery_id) for b in bound]
         for a in actions:
             if a.action != "expired":
                 continue

@@ -55,23 +55,40 @@ async def require_project(store: Store, project_id: str) -> Json:
     return project
 
 
+async def _parent(store: Store, project_id: str, parent_id: str | None) -> Json | None:
+    """The parent agent a registration names: an active agent of the project."""
+    if parent_id is None:
+        return None
+    parent = await store.get_agent(project_id, parent_id) if ids.project_of(
+        parent_id) == project_id else None
+    if parent is None or parent["status"] != "active":
+        raise invalid("parent", "must be the agent id of an active agent of this project")
+    return parent
+
+
 async def register_agent(
-    store: Store, settings: Settings, caller: Caller, project_id: str, body: AgentIn
+    store: Store, settings: Settings, caller: Caller, project_id: str, body: AgentIn,
+    dispatcher: Dispatcher | None = None,
 ) -> Json:
     """Register an agent (a name may be registered again: latest wins).
 
+    The first agent of an authorized name takes the mail waiting for it.
+
     Raises:
-        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT naming the transport field.
+        CourierError: FORBIDDEN, NOT_FOUND, or INVALID_ARGUMENT naming the transport field
+            or the parent.
     """
     caller.require_project(project_id)
     await require_project(store, project_id)
+    parent = await _parent(store, project_id, body.parent)
     # The transport's own settings model checks it (a webhook without a secret
     # gets one); nothing is stored unless it passes.
     transport = transports.validate(body.transport.model_dump(), settings)
     now = str(now_us())
     token = ids.new_token("cat")
+    agent_id = ids.new_agent_id(project_id)
     agent: Json = {
-        "id": ids.new_agent_id(project_id),
+        "id": agent_id,
         "project_id": project_id,
         "name": body.name,
         "ref": "",
@@ -79,6 +96,10 @@ async def register_agent(
         "presence": None,
         "last_active_us": now,
         "registered_us": now,
+        "used_us": now,
+        "parent": parent["id"] if parent else None,
+        "root": (parent.get("root") or parent["id"]) if parent else agent_id,
+        "inbound": body.inbound.value,
         "transport": transport,
         "bound_source": body.bound_source.model_dump(exclude_none=True)
         if body.bound_source
@@ -88,11 +109,25 @@ async def register_agent(
         "description": body.description,
     }
     agent = await store.register_agent(agent, ids.token_hash(token))
+    await _bind_waiting(store, project_id, agent["name"], dispatcher)
     answer = {**agent_row(agent), "project_id": project_id, "token": token}
     # The settings as stored (a generated webhook secret included) are shown
     # once, like the token: the receiver needs the secret to check signatures.
     answer["transport"] = transport
     return answer
+
+
+async def _bind_waiting(
+    store: Store, project_id: str, name: str, dispatcher: Dispatcher | None
+) -> None:
+    """Bind the mail waiting for a name that an agent just took, and publish it."""
+    if not await store.names.is_authorized(project_id, name):
+        return
+    now = now_us()
+    grace_ms = int(get_settings().outbox_grace_s * 1000) if dispatcher is not None else 0
+    for bound in await store.names.bind(project_id, name, now, now // 1000 + grace_ms):
+        if dispatcher is not None:
+            dispatcher.submit(project_id, bound.transport, bound.delivery_id)
 
 
 async def list_agents(store: Store, caller: Caller, project_id: str) -> Json:

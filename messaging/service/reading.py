@@ -13,7 +13,7 @@ from messaging.errors import CourierError, invalid, not_found
 from messaging.models import InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
-from messaging.service.views import deliveries_of, delivery_view, message_view
+from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
@@ -39,7 +39,7 @@ def visible(caller: Caller, record: Json) -> Json | None:
     msg_sender = json.loads(record["json"])["sender_id"]
     if caller.kind is not CallerKind.AGENT or caller.agent_id == msg_sender:
         return message_view(record, full=True)
-    if caller.agent_id in {a for _, a in deliveries_of(record)}:
+    if caller.agent_id in {a for _, a in deliveries_of(record)} - withheld_from(record):
         return message_view(record, full=False, viewer_id=caller.agent_id)
     return None
 
@@ -134,7 +134,7 @@ async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[
     if record is None:
         raise await missing(store, project_id, message_id, "message")
     for did, aid in deliveries_of(record):
-        if aid == agent_id:
+        if aid == agent_id and aid not in withheld_from(record):
             return project_id, did
     raise not_found("message")
 
@@ -153,7 +153,11 @@ async def mark(store: Store, caller: Caller, message_id: str, kind: str) -> Json
 def _may_read_delivery(caller: Caller, dlv: Json, sender_id: str) -> bool:
     if caller.sees_project(dlv["_project_id"]):
         return True
-    return caller.agent_id is not None and caller.agent_id in (dlv["agent_id"], sender_id)
+    if caller.agent_id is not None and caller.agent_id == sender_id:
+        return True
+    # a recipient learns of held (or declined) mail only once it is released
+    withheld = dlv.get("held") == "1" or dlv.get("declined") == "1"
+    return caller.agent_id == dlv["agent_id"] and not withheld
 
 
 async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:

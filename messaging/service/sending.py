@@ -23,8 +23,9 @@ from messaging.models import (
 )
 from messaging.service.caller import Caller
 from messaging.service.views import label, message_view
+from messaging.store.schema import Target
 from messaging.store.store import Store
-from messaging.timefmt import now_us
+from messaging.timefmt import now_us, rfc3339
 
 Json = dict[str, Any]
 
@@ -39,6 +40,7 @@ REASON_CODES = {
     "retired": "RECIPIENT_RETIRED",
     "closed": "RECIPIENT_CLOSED",
     "bound_source_lost": "BOUND_SOURCE_LOST",
+    "no_main": "RECIPIENT_NOT_FOUND",  # `main` from an agent without a parent
 }
 WARN_UNKNOWN = "{r}: unknown standalone state is not proof of death"
 WARN_EXITED = "{r}: exited; the mail waits until its host resumes it"
@@ -52,6 +54,11 @@ WARN_UNCONFIRMED = (
 )
 # How long an answer waits for the broker to take this send's deliveries.
 PUBLISH_WAIT_S = 1.0
+WARN_PENDING = (
+    "{r}: no agent has this name yet; the mail waits for its first registration until "
+    "{expires_ts}, then fails"
+)
+WARN_HELD = "{r}: held; the recipient's user sees it first and releases or declines it"
 NOTE_STORED = "storage is not task acceptance"
 
 
@@ -177,7 +184,7 @@ def _policy(body: SendIn, req: Json) -> tuple[str, bool]:
         return (NotificationPolicy.QUIET if quiet else NotificationPolicy.WAKE).value, False
     asked = body.notification_policy
     if asked is None:
-        loud = req["importance"] in ("high", "urgent") or req["ack_required"]
+        loud = req["importance"] in ("high", "urgent") or req["ack_required"] or body.probe
         return (NotificationPolicy.WAKE.value if loud else "auto"), False
     refused = asked is NotificationPolicy.QUIET and (
         req["importance"] in ("high", "urgent") or req["ack_required"]
@@ -216,7 +223,7 @@ async def send(
         "subject": req["subject"], "body_md": req["body_md"], "topic": body.topic,
         "importance": req["importance"], "ack_required": req["ack_required"],
         "delivery_policy": req["delivery_policy"], "resource_notice": req["resource_notice"],
-        "summary": body.summary, "in_reply_to": in_reply_to,
+        "summary": body.summary, "in_reply_to": in_reply_to, "probe": body.probe,
     }
     now = now_us()
     args = {
@@ -234,7 +241,8 @@ async def send(
     status = answer["status"]
     if status == "ok":
         published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
-                     for obs in answer["observations"]]
+                     for obs in answer["observations"]
+                     if obs["target"] == Target.PINNED and not obs["held"]]
         # What the script stored, without reading it back.
         written = {"json": message_json, "created_us": answer["created_us"],
                    "policy": answer["policy"], "observations": answer["observations"]}
@@ -254,7 +262,12 @@ def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:
     if isinstance(observations, str):
         observations = json.loads(observations)
     warnings = []
+    observations = [_observation(obs) for obs in observations]
     for obs in observations:
+        if obs.get("target") == Target.PENDING:
+            warnings.append(WARN_PENDING.format(r=obs["recipient"], expires_ts=obs["expires_ts"]))
+        elif obs.get("held"):
+            warnings.append(WARN_HELD.format(r=obs["recipient"]))
         if obs["presence"] == "unknown":
             warnings.append(WARN_UNKNOWN.format(r=obs["recipient"]))
         elif obs["presence"] == "exited":
@@ -267,6 +280,14 @@ def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:
         "delivery": {"policy": view["delivery_policy"], "note": NOTE_STORED,
                      "warnings": warnings, "observations": observations},
     }
+
+
+def _observation(obs: Json) -> Json:
+    """An observation as the answer shows it (a pending target's expiry as a timestamp)."""
+    out = {k: v for k, v in obs.items() if k != "expires_ms"}
+    if "expires_ms" in obs:
+        out["expires_ts"] = rfc3339(int(obs["expires_ms"]) * 1000)
+    return out
 
 
 async def _rejection(store: Store, project_id: str, answer: Json) -> CourierError:

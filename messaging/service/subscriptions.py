@@ -150,10 +150,16 @@ async def subscribe(
                                  body.target)
         target_obs = sent.body["delivery"]["observations"][0]
         target_id, target_label = target_obs["agent_id"], target_obs["recipient"]
+        if target_id is None:
+            raise CourierError(
+                "RECIPIENT_NOT_FOUND",
+                f"the message was sent and waits for {body.target} to register; "
+                "no agent to watch yet, subscribe again once it has",
+                {"field": "target", "message_id": sent.body["id"]}, persisted=True)
         # Derived from the message: a retried request finds the same subscription.
         sub_id = "sub_" + sent.body["id"].removeprefix("msg_")
     else:
-        target, reason = await store.live.resolve_target(project_id, body.target)
+        target, reason = await store.live.resolve_target(project_id, body.target, subscriber_id)
         if target is None:
             raise _refused(body.target, reason, persisted=False)
         target_id, target_label = target["id"], label(target)

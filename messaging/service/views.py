@@ -49,6 +49,8 @@ def agent_row(agent: Json) -> Json:
         "last_active_ts": rfc3339(agent["last_active_us"]),
         "transport": transport_row(agent),
         "bound_source": agent.get("bound_source"),
+        "parent": agent.get("parent"),
+        "inbound": agent.get("inbound") or "open",
         "program": agent.get("program"),
         "model": agent.get("model"),
         "description": agent.get("description"),
@@ -73,8 +75,13 @@ def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> J
 
 
 def deliveries_of(record: Json) -> list[tuple[str, str]]:
-    """The (delivery id, agent id) pairs of a stored message."""
+    """The (delivery id, agent id) pairs of a stored message ("" while pending)."""
     return [(d, a) for d, a in json.loads(record["deliveries"])]
+
+
+def withheld_from(record: Json) -> set[str]:
+    """The recipients a message is held from (until release) or was declined by."""
+    return set(json.loads(record.get("withheld") or "[]"))
 
 
 def delivery_view(d: Json) -> Json:
@@ -89,15 +96,18 @@ def delivery_view(d: Json) -> Json:
     return {
         "delivery_id": d["id"],
         "message_id": d["message_id"],
-        "agent_id": d["agent_id"],
+        "agent_id": d["agent_id"] or None,
         "recipient": d["recipient"],
-        "transport": d["transport"],
+        "transport": d["transport"] or None,
         "notification_policy": d.get("policy"),
         "stage": d["stage"],
         "stages": {s: rfc3339(d.get(f"{s}_us")) for s in STAGES if d.get(f"{s}_us")},
         "outcome": d.get("outcome"),
+        "error": d.get("error") or None,
         "attempts": attempts,
         "observed_ts": rfc3339(d.get("delivery_observed_us")),
         "read_ts": rfc3339(d.get("read_us")),
         "ack_ts": rfc3339(d.get("ack_us")),
+        "target": d.get("target") or "pinned",
+        "held": d.get("held") == "1",
     }

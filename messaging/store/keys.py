@@ -19,7 +19,7 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   (gone once retired or closed)       no TTL
     :msg:<message_id>                      string message JSON (immutable)            no TTL
     :thread:<thread_id>                    zset   message_id by sequence              no TTL
-    :dlv:<delivery_id>                     hash   one delivery (see delivery.py)      no TTL
+    :dlv:<delivery_id>                     hash   one delivery (schema.py)            no TTL
     :inbox:<agent_id>                      zset   delivery_id by sequence at arrival  no TTL
     :due                                   zset   delivery_id by due time (ms): the
                                                   outbox and the retry schedule       no TTL
@@ -57,6 +57,14 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   retention period (at least a day)
     :retention_lock                        string the sweeper holding the project's
                                                   retention round                       lock time
+    :allowed                               hash   authorized name -> JSON {name, expires_ms,
+                                                  set_us}: names mail may wait for      no TTL
+    :allowed_due                           zset   authorized names by expiry (ms)      no TTL
+    :waiting:<sha256(name)>                zset   delivery ids waiting for the name's first
+                                                  agent, by admission sequence         no TTL
+    :held                                  zset   held delivery ids by admission sequence no TTL
+
+Record fields (agent JSON, message and delivery hashes): ``schema.py``.
 """
 
 from __future__ import annotations
@@ -204,3 +212,23 @@ def archived(project_id: str, day: str) -> str:
 def retention_lock(project_id: str) -> str:
     """The lock of the project's retention round."""
     return f"{_p(project_id)}:retention_lock"
+
+
+def allowed_names(project_id: str) -> str:
+    """Names authorized before any agent has them, with their expiry."""
+    return f"{_p(project_id)}:allowed"
+
+
+def allowed_due(project_id: str) -> str:
+    """Authorized names by the time they run out."""
+    return f"{_p(project_id)}:allowed_due"
+
+
+def waiting(project_id: str, name: str) -> str:
+    """Deliveries waiting for the first agent of a name; the name is hashed."""
+    return f"{_p(project_id)}:waiting:{_digest(name)}"
+
+
+def held(project_id: str) -> str:
+    """Held deliveries of the project, oldest admission first."""
+    return f"{_p(project_id)}:held"

@@ -26,7 +26,6 @@ EXPIRE_BATCH = 200
 SOCKET_SHARE = 0.5
 # redis-py's socket timeout when the URL sets none.
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
-NOTICE_LIB = "notice_lib"
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,6 @@ class Fired:
     subscription_id: str
     delivery_id: str
     transport: str
-
-
-def _with_notices(name: str) -> str:
-    """A script that sends idle notices: the shared functions, then its own text."""
-    return source(NOTICE_LIB) + "\n" + source(name)
 
 
 def _fired(flat: list[Any]) -> list[Fired]:
@@ -67,17 +61,19 @@ class Live:
     def __init__(self, client: connect.AsyncClient) -> None:
         self.client = client
         self._resolve = client.register_script(source("resolve_target"))
-        self._subscribe = client.register_script(_with_notices("subscribe"))
-        self._presence = client.register_script(_with_notices("set_presence"))
+        self._subscribe = client.register_script(source("subscribe"))
+        self._presence = client.register_script(source("set_presence"))
         self._claim_stream = client.register_script(source("claim_stream"))
 
     # subscriptions
 
-    async def resolve_target(self, project_id: str, target: str) -> tuple[Json | None, str]:
-        """The agent a target string names, or (None, why not)."""
+    async def resolve_target(
+        self, project_id: str, target: str, subscriber_id: str
+    ) -> tuple[Json | None, str]:
+        """The agent a target string reaches for this subscriber, or (None, why not)."""
         verdict, value = await self._resolve(
             keys=[keys.agents(project_id), keys.names(project_id), keys.refs(project_id)],
-            args=[target])
+            args=[target, subscriber_id])
         if verdict == "ok":
             return json.loads(value), ""
         return None, str(value)
@@ -234,7 +230,7 @@ def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: in
         pairs.append([sid, target_id])
     if not pairs:
         return []
-    script = client.register_script(_with_notices("expire_subscriptions"))
+    script = client.register_script(source("expire_subscriptions"))
     flat = script(keys=script_keys,
                   args=[str(now_us), str(now_ms), str(now_ms), str(keys.EVENTS_MAXLEN),
                         json.dumps(pairs), str(keys.SUBSCRIPTION_KEEP_S)])

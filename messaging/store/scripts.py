@@ -1,14 +1,36 @@
-"""The Lua scripts beside this module, each read once and run by EVALSHA."""
+"""The Lua scripts beside this module, each read once and run by EVALSHA.
+
+A script may open with ``-- uses: lib_a, lib_b``: the text of those shared
+files (functions only) is put before its own, so shared logic lives once.
+"""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Any
 
+USES_RE = re.compile(r"^-- uses: (?P<libs>[\w, ]+)$", re.MULTILINE)
+
+
+def _text(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+
+
+def _libs(name: str, seen: list[str]) -> None:
+    """Every shared file ``name`` needs, dependencies first."""
+    match = USES_RE.search(_text(name))
+    for lib in match.group("libs").replace(",", " ").split() if match else []:
+        if lib not in seen:
+            _libs(lib, seen)
+            seen.append(lib)
+
 
 def source(name: str) -> str:
-    """The text of ``lua/<name>.lua``."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+    """The text of ``lua/<name>.lua``, after the shared files it uses."""
+    libs: list[str] = []
+    _libs(name, libs)
+    return "\n".join([*(_text(lib) for lib in libs), _text(name)])
 
 
 class Scripts:
@@ -31,3 +53,4 @@ class Scripts:
         self.expire_lease = load("expire_lease")
         self.redrive = load("redrive")
         self.search_page = load("search_page")
+        self.release_held = load("release_held")

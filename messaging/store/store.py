@@ -13,6 +13,7 @@ from messaging import ids
 from messaging.store import connect, keys
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
+from messaging.store.names import Names
 from messaging.store.scripts import Scripts
 from messaging.store.searchindex import SearchIndex
 
@@ -42,6 +43,7 @@ class Store:
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
         self.search = SearchIndex(client, self.scripts)
+        self.names = Names(client)
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -215,7 +217,9 @@ class Store:
         """Run the admission script; returns its decoded answer."""
         sender = args["sender_id"]
         idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
-        dlv_keys = [keys.delivery(project_id, d) for d in args["delivery_ids"]]
+        per_recipient = []
+        for r, d in zip(args["recipients"], args["delivery_ids"], strict=True):
+            per_recipient += [keys.delivery(project_id, d), keys.waiting(project_id, r["s"])]
         script_keys = [
             keys.agents(project_id),
             keys.names(project_id),
@@ -225,7 +229,9 @@ class Store:
             keys.thread(project_id, args["thread_id"]),
             keys.due(project_id),
             idem,
-            *dlv_keys,
+            keys.allowed_names(project_id),
+            keys.held(project_id),
+            *per_recipient,
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
@@ -309,4 +315,22 @@ class Store:
         out = await self.scripts.mark_message(
             keys=[keys.delivery(project_id, delivery_id)], args=[kind, str(now_us)]
         )
+        return [str(v) for v in out]
+
+    # held mail
+
+    async def held_ids(self, project_id: str, limit: int) -> list[str]:
+        """Held delivery ids, oldest admission first."""
+        return [str(d) for d in await self.client.zrange(keys.held(project_id), 0, limit - 1)]
+
+    async def settle_held(
+        self, project_id: str, delivery: Json, mode: str, now: int, due_ms: int, error: str
+    ) -> list[str]:
+        """Release or decline one held delivery; the script's answer."""
+        out = await self.scripts.release_held(
+            keys=[keys.held(project_id), keys.due(project_id),
+                  keys.delivery(project_id, delivery["id"]),
+                  keys.message(project_id, delivery["message_id"]),
+                  keys.events(project_id, delivery["sender_id"]), keys.stats(project_id)],
+            args=[mode, str(now), str(due_ms), error, str(keys.EVENTS_MAXLEN)])
         return [str(v) for v in out]

@@ -36,8 +36,10 @@ from messaging.web.routes import (
     console,
     deliveries,
     docs,
+    held,
     live,
     messages,
+    names,
     ops,
     projects,
     search,
@@ -132,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
     for store_down in STORE_DOWN:
         app.add_exception_handler(store_down, _store_down)
-    for module in (ops, projects, messages, deliveries, live, search, console, docs):
+    for module in (ops, projects, names, messages, deliveries, held, live, search, console, docs):
         app.include_router(module.router)
     return app
 

@@ -249,14 +249,14 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
         ack_required: bool | None = None, delivery_policy: str | None = None,
         notification_policy: str | None = None, idempotency_key: str | None = None,
         resource_notice: dict[str, Any] | None = None, project_key: str | None = None,
-        sender_name: str | None = None, summary: str | None = None,
+        sender_name: str | None = None, summary: str | None = None, probe: bool | None = None,
     ) -> CallToolResult:
         fields = _given(
             to=to, subject=subject, body_md=body_md, cc=cc, bcc=bcc, topic=topic,
             thread_id=thread_id, importance=importance, ack_required=ack_required,
             delivery_policy=delivery_policy, notification_policy=notification_policy,
             idempotency_key=idempotency_key, resource_notice=resource_notice,
-            project_key=project_key, sender_name=sender_name, summary=summary)
+            project_key=project_key, sender_name=sender_name, summary=summary, probe=probe)
 
         async def call(svc: Services, who: Caller) -> Json:
             body = SendIn.model_validate_json(json.dumps(fields))

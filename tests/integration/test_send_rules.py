@@ -142,11 +142,20 @@ def test_a_recipient_whose_source_is_lost_is_refused_until_presence_changes(proj
     assert post(alice, msg("Bob")).status_code == 201
 
 
-def test_a_bare_name_whose_newest_agent_lost_its_source_is_refused_not_redirected(
+def test_a_bare_name_prefers_a_live_older_agent_over_a_newer_one_that_lost_its_source(
         project: Project):
-    alice, _ = project.agent("Alice"), project.agent("Bob")
+    alice, older = project.agent("Alice"), project.agent("Bob")
     newer = project.agent("Bob")
     newer.api.set_presence("source_lost")
+    sent = alice.api.send("Bob", "Handoff", "x")
+    assert [o["agent_id"] for o in sent["delivery"]["observations"]] == [older.id]
+
+
+def test_a_bare_name_whose_every_agent_lost_its_source_is_refused(project: Project):
+    alice, older = project.agent("Alice"), project.agent("Bob")
+    newer = project.agent("Bob")
+    newer.api.set_presence("source_lost")
+    older.api.set_presence("source_lost")
     error = rejected(project, alice, msg("Bob"), 422, "BOUND_SOURCE_LOST")
     assert [f["reason"] for f in error["details"]["recipients"]] == ["bound_source_lost"]
 

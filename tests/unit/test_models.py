@@ -17,9 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from messaging import ids
 from messaging.models import (
+    BIDI_CONTROLS,
     LINE_BREAKS,
     NAME_MAX,
     RECIPIENTS_MAX,
+    RESERVED_NAMES,
     SUBJECT_MAX,
     SUMMARY_MAX,
     AgentIn,
@@ -30,8 +32,10 @@ BREAKS = "".join(sorted(LINE_BREAKS))
 IMPORTANCES = ("low", "normal", "high", "urgent")
 
 # Text a client can send: UTF-8 has no lone surrogates.
-name_char = st.characters(codec="utf-8", exclude_characters="[]" + BREAKS)
-valid_names = st.text(name_char, min_size=1, max_size=NAME_MAX).filter(lambda s: s == s.strip())
+name_char = st.characters(codec="utf-8", exclude_characters="[]" + BREAKS + "".join(BIDI_CONTROLS),
+                          exclude_categories=("Cc", "Cs"))
+valid_names = st.text(name_char, min_size=1, max_size=NAME_MAX).filter(
+    lambda s: s == s.strip() and s.lower() not in RESERVED_NAMES and not s.startswith("agt_"))
 half_names = st.text(name_char, min_size=1, max_size=NAME_MAX // 2 - 1).filter(
     lambda s: s == s.strip())
 refs = st.text("0123456789abcdef", min_size=6, max_size=6)
@@ -74,6 +78,23 @@ def test_a_one_line_name_without_brackets_or_outer_space_is_accepted(name: str):
 @given(half_names, st.sampled_from(BREAKS), half_names)
 def test_a_name_with_a_line_break_is_refused(head: str, brk: str, tail: str):
     assert not accepts(AgentIn, agent(head + brk + tail))
+
+
+@given(half_names, st.one_of(st.characters(categories=("Cc",)), st.sampled_from(
+    sorted(BIDI_CONTROLS))), half_names)
+def test_a_name_with_a_control_or_bidi_character_is_refused(head: str, ch: str, tail: str):
+    assert not accepts(AgentIn, agent(head + ch + tail))
+
+
+@given(st.sampled_from(sorted(RESERVED_NAMES)), st.randoms())
+def test_a_reserved_name_is_refused_in_any_case(name: str, rnd: Any):
+    mixed = "".join(c.upper() if rnd.random() < 0.5 else c for c in name)
+    assert not accepts(AgentIn, agent(mixed))
+
+
+@given(valid_names)
+def test_a_name_starting_agt_is_refused(name: str):
+    assert not accepts(AgentIn, agent(("agt_" + name)[:NAME_MAX]))
 
 
 @given(half_names, st.sampled_from("[]"), half_names)

@@ -1,5 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
+-- uses: records, resolve_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids
@@ -9,15 +10,23 @@
 -- KEYS[6]  thread   zset   message ids of its thread
 -- KEYS[7]  due      zset   delivery ids by due time (ms)
 -- KEYS[8]  idem     string idempotency record (ignored when ARGV idem_fp is "")
--- KEYS[9..8+n]  dlv hashes, one per recipient string, used in order for each
---               distinct agent
--- KEYS[#KEYS]   retention  zset  stored message ids by when retention looks at them
+-- KEYS[9]  allowed  hash   authorized names -> JSON {expires_ms}
+-- KEYS[10] held     zset   held delivery ids by admission sequence
+-- KEYS[11..] two per recipient string, in order: a dlv hash (used in order for
+--            each distinct target) and the waiting zset of the string as a
+--            name (delivery ids by admission sequence, used when it is pending)
+-- KEYS[#KEYS]  retention  zset  stored message ids by when retention looks at them
 --
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
 --          message_id, policy ("wake"|"quiet"|"auto"), quiet_invalid (bool),
 --          recipients [{s}], delivery_ids [..], has_bcc (bool)}
 -- ARGV[2]  the message JSON, stored byte for byte
+--
+-- Records: messaging/store/schema.py. A pinned target that holds inbound mail
+-- (inbound "hold") from another agent is written held, outside the outbox; a
+-- pending target (an authorized name no agent has registered) stays at
+-- `admitted`, outside the outbox, in its name's waiting zset.
 --
 -- Returns a JSON string, one of:
 --   {"status":"ok","policy":p,"observations":[..],"created_us":n}
@@ -45,68 +54,29 @@ local sender_raw = redis.call("HGET", KEYS[1], a.sender_id)
 if not sender_raw then
   return cjson.encode({status = "sender_gone"})
 end
+local sender = cjson.decode(sender_raw)
+local now = a.now_us
+local ctx = {agents = KEYS[1], names = KEYS[2], refs = KEYS[3], allowed = KEYS[9],
+  sender = sender, now_ms = string.format("%d", math.floor(tonumber(now) / 1000))}
 
-local function load(agent_id)
-  local raw = redis.call("HGET", KEYS[1], agent_id)
-  if raw then return cjson.decode(raw) end
-  return nil
-end
-
--- A bare name: the live agent with the newest activity; else why none is live.
-local function by_name(name)
-  local ids_raw = redis.call("HGET", KEYS[2], name)
-  if not ids_raw then return nil, "not_found" end
-  local best, retired, closed = nil, false, false
-  for _, id in ipairs(cjson.decode(ids_raw)) do
-    local ag = load(id)
-    if ag then
-      if ag.status == "active" then
-        if best == nil or tonumber(ag.last_active_us) > tonumber(best.last_active_us) then
-          best = ag
-        end
-      elseif ag.status == "retired" then retired = true
-      elseif ag.status == "closed" then closed = true end
-    end
-  end
-  if best then return best, nil end
-  if retired then return nil, "retired" end
-  if closed then return nil, "closed" end
-  return nil, "not_found"
-end
-
-local function resolve(s)
-  local ag
-  if string.sub(s, 1, 4) == "agt_" then
-    ag = load(s)
-  else
-    local name, ref = string.match(s, "^(.-) %[(%x%x%x%x%x%x)%]$")
-    if name then
-      local id = redis.call("HGET", KEYS[3], ref)
-      if id then ag = load(id) end
-      if ag and ag.name ~= name then ag = nil end
-    else
-      local err
-      ag, err = by_name(s)
-      if not ag then return nil, err end
-    end
-  end
-  if not ag then return nil, "not_found" end
-  if ag.status == "retired" or ag.status == "closed" then return nil, ag.status end
-  if ag.presence == "source_lost" then return nil, "bound_source_lost" end
-  return ag, nil
-end
-
-local failures, chosen, order, resolved = {}, {}, {}, {}
-for _, r in ipairs(a.recipients) do
-  local ag, err = resolve(r.s)
-  if err then
-    table.insert(failures, {to = r.s, reason = err})
-  else
+-- targets in order of first mention: {agent} or {pending = name, auth, waiting}
+local failures, targets, seen, resolved = {}, {}, {}, {}
+for i, r in ipairs(a.recipients) do
+  local ag, err, auth = resolve_recipient(ctx, r.s)
+  if ag then
     resolved[r.s] = ag.id
-  end
-  if ag and not chosen[ag.id] then
-    chosen[ag.id] = ag
-    table.insert(order, ag.id)
+    if not seen[ag.id] then
+      seen[ag.id] = true
+      table.insert(targets, {agent = ag})
+    end
+  elseif err == "pending" then
+    resolved[r.s] = ""
+    if not seen["\0" .. r.s] then
+      seen["\0" .. r.s] = true
+      table.insert(targets, {pending = r.s, auth = auth, waiting = KEYS[10 + 2 * i]})
+    end
+  else
+    table.insert(failures, {to = r.s, reason = err})
   end
 end
 if #failures > 0 then
@@ -116,41 +86,59 @@ if a.quiet_invalid then
   return cjson.encode({status = "quiet_not_allowed"})
 end
 
--- Omitted policy: quiet only if every recipient is bound to a thread.
+-- Omitted policy: quiet only if every recipient is bound to a t3 thread.
 local policy = a.policy
 if policy == "auto" then
   policy = "quiet"
-  for _, id in ipairs(order) do
-    local bs = chosen[id].bound_source
-    if type(bs) ~= "table" or type(bs.thread_id) ~= "string" or bs.thread_id == "" then
+  for _, t in ipairs(targets) do
+    local bs = t.agent and t.agent.bound_source
+    if type(bs) ~= "table" or bs.kind ~= "t3" or type(bs.thread_id) ~= "string"
+        or bs.thread_id == "" then
       policy = "wake"
     end
   end
 end
 
-local now = a.now_us
 local s = redis.call("INCR", KEYS[4])
-local observations, deliveries = {}, {}
-for i, id in ipairs(order) do
-  local ag = chosen[id]
+local observations, deliveries, withheld = {}, {}, {}
+for i, t in ipairs(targets) do
   local did = a.delivery_ids[i]
-  local label = ag.name .. " [" .. ag.ref .. "]"
-  local presence = ag.presence
-  if type(presence) ~= "string" then presence = "unknown" end
-  redis.call("HSET", KEYS[8 + i],
-    "id", did, "message_id", a.message_id, "agent_id", id, "sender_id", a.sender_id,
-    "recipient", label,
-    "transport", ag.transport.kind, "policy", policy, "stage", "target_selected",
-    "admitted_us", now, "target_selected_us", now, "fence", 0, "lease_until_ms", 0,
-    "retry_at_ms", 0, "attempts", "[]")
-  redis.call("ZADD", KEYS[7], a.due_ms, did)
-  table.insert(observations, {delivery_id = did, recipient = label, agent_id = id,
-    transport = ag.transport.kind, stage = "target_selected", presence = presence})
-  table.insert(deliveries, {did, id})
+  local key = KEYS[9 + 2 * i]
+  if t.pending then
+    write_delivery(key, {id = did, message_id = a.message_id, agent_id = "",
+      sender_id = a.sender_id, recipient = t.pending, transport = "", policy = policy,
+      stage = "admitted", target = "pending", held = false, now_us = now})
+    redis.call("ZADD", t.waiting, s, did)
+    table.insert(observations, {delivery_id = did, recipient = t.pending,
+      agent_id = cjson.null, transport = cjson.null, stage = "admitted", presence = cjson.null,
+      target = "pending", held = false, expires_ms = t.auth.expires_ms})
+    table.insert(deliveries, {did, ""})
+  else
+    local ag = t.agent
+    local label = agent_label(ag)
+    local held = ag.inbound == "hold" and ag.id ~= a.sender_id
+    write_delivery(key, {id = did, message_id = a.message_id, agent_id = ag.id,
+      sender_id = a.sender_id, recipient = label, transport = ag.transport.kind,
+      policy = policy, stage = "target_selected", target = "pinned", held = held,
+      now_us = now})
+    if held then
+      redis.call("ZADD", KEYS[10], s, did)
+      table.insert(withheld, ag.id)
+    else
+      redis.call("ZADD", KEYS[7], a.due_ms, did)
+    end
+    table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,
+      transport = ag.transport.kind, stage = "target_selected", presence = presence_of(ag),
+      target = "pinned", held = held})
+    table.insert(deliveries, {did, ag.id})
+  end
 end
 
 redis.call("HSET", KEYS[5], "json", ARGV[2], "created_us", now, "seq", s,
   "policy", policy, "deliveries", cjson.encode(deliveries))
+if #withheld > 0 then
+  redis.call("HSET", KEYS[5], "withheld", cjson.encode(withheld))
+end
 if a.has_bcc then
   -- which recipient string is which agent: only bcc views need it
   redis.call("HSET", KEYS[5], "resolved", cjson.encode(resolved))
@@ -162,9 +150,10 @@ if a.thread_id ~= a.message_id then
   redis.call("ZADD", KEYS[6], s, a.message_id)
 end
 
-local sender = cjson.decode(sender_raw)
-if tonumber(now) > tonumber(sender.last_active_us) then
-  sender.last_active_us = now
+-- a send is use: it counts for resolution and for the agent list
+if tonumber(now) > used_us(sender) or tonumber(now) > tonumber(sender.last_active_us) then
+  if tonumber(now) > tonumber(sender.last_active_us) then sender.last_active_us = now end
+  if tonumber(now) > used_us(sender) then sender.used_us = now end
   redis.call("HSET", KEYS[1], a.sender_id, cjson.encode(sender))
 end
 

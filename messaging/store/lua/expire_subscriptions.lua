@@ -1,7 +1,7 @@
 -- expire_subscriptions: send the `expired` notice of each given subscription
 -- whose time ran out while it was still waiting. A subscription that was
--- notified meanwhile is off the waiting list and gets nothing more. Runs
--- after notice_lib.lua.
+-- notified meanwhile is off the waiting list and gets nothing more.
+-- uses: notice_lib
 --
 -- KEYS[1]   agents     hash    agent_id -> agent JSON
 -- KEYS[2]   seq        string  project sequence

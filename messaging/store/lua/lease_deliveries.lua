@@ -16,6 +16,7 @@
 -- transports only, its holder's lease expired before it recorded an outcome.
 -- A recorded outcome is leased again only by a redrive. Stages only move
 -- forward: a redriven delivery keeps its stage while the new attempt runs.
+-- A held delivery or one whose target is pending is never free.
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
 --
@@ -47,10 +48,12 @@ end
 for i = 3, #KEYS do
   local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
-    "sender_id", "round_base", "admitted_us")
+    "sender_id", "round_base", "admitted_us", "held", "target")
   local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
   local free = false
-  if d[11] == "1" then
+  if d[15] == "1" or d[16] == "pending" then
+    free = false -- held for the recipient's user, or no agent to deliver to yet
+  elseif d[11] == "1" then
     free = lease == 0 and retry_at <= now_ms
   elseif stage == "admitted" or stage == "target_selected" then
     free = true

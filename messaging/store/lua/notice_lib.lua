@@ -1,6 +1,7 @@
 -- notice_lib: the idle notice, shared by subscribe, set_presence and
 -- expire_subscriptions (prepended to each when it is loaded; it defines
 -- functions only and touches no key of its own).
+-- uses: records
 --
 -- fire_notice(k, state, g) sends one idle subscription's notice:
 --   k      {sub, msg, dlv, thread, events}: the subscription hash, the
@@ -28,19 +29,18 @@ local function fire_notice(k, state, g)
     "notice_delivery_id", "target", "target_id", "notice_" .. state, "notice_thread_id")
   local sid, subscriber_id, mid, did = s[1], s[2], s[3], s[4]
   local ag = cjson.decode(redis.call("HGET", g.agents, subscriber_id))
-  local label = ag.name .. " [" .. ag.ref .. "]"
+  local label = agent_label(ag)
   local transport = ag.transport.kind
-  local presence = ag.presence
-  if type(presence) ~= "string" then presence = "unknown" end
+  local presence = presence_of(ag)
   local seq = redis.call("INCR", g.seq)
-  redis.call("HSET", k.dlv,
-    "id", did, "message_id", mid, "agent_id", subscriber_id, "sender_id", "courier",
-    "recipient", label, "transport", transport, "policy", "wake", "stage", "target_selected",
-    "admitted_us", g.now_us, "target_selected_us", g.now_us, "fence", 0, "lease_until_ms", 0,
-    "retry_at_ms", 0, "attempts", "[]")
+  -- notices from `courier` are never held
+  write_delivery(k.dlv, {id = did, message_id = mid, agent_id = subscriber_id,
+    sender_id = "courier", recipient = label, transport = transport, policy = "wake",
+    stage = "target_selected", target = "pinned", held = false, now_us = g.now_us})
   redis.call("ZADD", g.due, g.due_ms, did)
   local obs = {delivery_id = did, recipient = label, agent_id = subscriber_id,
-    transport = transport, stage = "target_selected", presence = presence}
+    transport = transport, stage = "target_selected", presence = presence, target = "pinned",
+    held = false}
   redis.call("HSET", k.msg, "json", s[7], "created_us", g.now_us, "seq", seq,
     "policy", "wake", "deliveries", cjson.encode({{did, subscriber_id}}),
     "observations", cjson.encode({obs}), "resolved", cjson.encode({[label] = subscriber_id}))

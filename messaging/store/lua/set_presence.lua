@@ -1,8 +1,10 @@
 -- set_presence: record what an agent's host says of it and move its activity
--- forward; when this report changes its presence to `idle` or `exited`, send
--- the notice of every idle subscription waiting on it. Taking a subscription
--- off the waiting list and sending its notice are one step, so however many
--- reports race, each subscription gets one notice. Runs after notice_lib.lua.
+-- forward (its use too, for busy and idle); when this report changes its
+-- presence to `idle` or `exited`, send the notice of every idle subscription
+-- waiting on it. Taking a subscription off the waiting list and sending its
+-- notice are one step, so however many reports race, each subscription gets
+-- one notice.
+-- uses: notice_lib
 --
 -- KEYS[1]   agents     hash    agent_id -> agent JSON
 -- KEYS[2]   seq        string  project sequence
@@ -49,6 +51,11 @@ end
 agent.presence = state
 if tonumber(ARGV[3]) > tonumber(agent.last_active_us) then
   agent.last_active_us = ARGV[3]
+end
+-- busy and idle are use (resolution ranks by it); an exited report is not
+if (state == "busy" or state == "idle")
+    and tonumber(ARGV[3]) > tonumber(agent.used_us or agent.registered_us or "0") then
+  agent.used_us = ARGV[3]
 end
 local agent_json = cjson.encode(agent)
 redis.call("HSET", KEYS[1], ARGV[1], agent_json)

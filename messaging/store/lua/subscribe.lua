@@ -1,6 +1,7 @@
 -- subscribe: register one idle subscription on an exact target agent, or
 -- send its notice at once when the target is already idle (or exited) and
--- the subscription carries no message. Runs after notice_lib.lua.
+-- the subscription carries no message.
+-- uses: notice_lib
 --
 -- KEYS[1]   agents     hash    agent_id -> agent JSON
 -- KEYS[2]   seq        string  project sequence

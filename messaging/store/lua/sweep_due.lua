@@ -12,7 +12,8 @@
 --   "publish"  never dispatched, a retry or redrive whose time has come, or an
 --              idempotent transport whose worker died: publish a task again
 --   "expired"  a non-idempotent transport's lease ran out: outcome unknown
--- Deliveries with nothing left to do leave the set.
+-- Deliveries with nothing left to do leave the set, and so do held ones and
+-- pending ones (never published before release or binding).
 
 local now_ms = tonumber(ARGV[1])
 local next_ms = string.format("%d", now_ms + tonumber(ARGV[2]))
@@ -21,14 +22,16 @@ for t in string.gmatch(ARGV[3], "%S+") do idempotent[t] = true end
 local out = {}
 for i = 2, #KEYS do
   local d = redis.call("HMGET", KEYS[i], "id", "stage", "lease_until_ms", "transport", "outcome",
-    "redrive")
+    "redrive", "held", "target")
   local id = d[1]
   if id then
     local score = redis.call("ZSCORE", KEYS[1], id)
     if score and tonumber(score) <= now_ms then
       local lease = tonumber(d[3] or "0")
       local action = nil
-      if lease ~= 0 then
+      if d[7] == "1" or d[8] == "pending" then
+        action = nil -- held or pending: release or binding puts it back
+      elseif lease ~= 0 then
         if idempotent[d[4]] and not d[5] then action = "publish" else action = "expired" end
       elseif d[6] == "1" or (not d[5] and d[2] ~= "provider_result_recorded"
           and d[2] ~= "delivery_observed") then

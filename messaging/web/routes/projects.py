@@ -23,7 +23,8 @@ async def create_project(body: ProjectIn, svc: Svc, who: Who) -> JSONResponse:
              response_model=answers.AgentRegistered)
 async def register_agent(project_id: str, body: AgentIn, svc: Svc, who: Who) -> JSONResponse:
     """Register an agent (project token)."""
-    return ok(await directory.register_agent(svc.store, svc.settings, who, project_id, body), 201)
+    return ok(await directory.register_agent(svc.store, svc.settings, who, project_id, body,
+                                             svc.publisher), 201)
 
 
 @router.get("/v1/projects/{project_id}/agents", response_model=answers.Agents)

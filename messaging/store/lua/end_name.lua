@@ -1,0 +1,57 @@
+-- end_name: an authorized name ran out (the sweeper) or was deleted (the
+-- project) before any agent registered it: end every delivery waiting for
+-- it `failed`, never dispatched, and tell each sender.
+--
+-- KEYS[1]  names        hash  name -> JSON list of agent ids
+-- KEYS[2]  allowed      hash  authorized name -> JSON {name, expires_ms, set_us}
+-- KEYS[3]  allowed_due  zset  authorized names by expiry (ms)
+-- KEYS[4]  waiting      zset  the name's waiting delivery ids by admission sequence
+-- KEYS[5]  stats        hash  delivery counters
+-- KEYS[6..] two per waiting delivery, in the order of ARGV ids: its dlv hash,
+--           its sender's events stream
+--
+-- ARGV[1]  JSON {name, now_us, now_ms, mode ("expired"|"deleted"), error,
+--          maxlen, ids: the waiting delivery ids the caller read}
+--
+-- Records: messaging/store/schema.py.
+-- Returns {"missing"} (no such authorization, nothing waiting), {"extended"}
+-- (an expiry whose authorization was renewed), {"registered"} (an agent has
+-- the name: bind instead), {"retry"} (a delivery the caller did not read is
+-- waiting), all writing nothing; else {"ok", number of deliveries ended}.
+
+local a = cjson.decode(ARGV[1])
+local auth = redis.call("HGET", KEYS[2], a.name)
+if redis.call("HEXISTS", KEYS[1], a.name) == 1 then return {"registered"} end
+if a.mode == "expired" and auth
+    and tonumber(cjson.decode(auth).expires_ms) > tonumber(a.now_ms) then
+  return {"extended"}
+end
+local given = {}
+for _, did in ipairs(a.ids) do given[did] = true end
+local waiting = redis.call("ZRANGE", KEYS[4], 0, -1)
+for _, did in ipairs(waiting) do
+  if not given[did] then return {"retry"} end
+end
+if not auth and #waiting == 0 then
+  redis.call("ZREM", KEYS[3], a.name)
+  return {"missing"}
+end
+redis.call("HDEL", KEYS[2], a.name)
+redis.call("ZREM", KEYS[3], a.name)
+local n = 0
+for i, did in ipairs(a.ids) do
+  local dlv, events = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  redis.call("ZREM", KEYS[4], did)
+  local d = redis.call("HMGET", dlv, "target", "outcome", "message_id")
+  if d[1] == "pending" and not d[2] then
+    redis.call("HSET", dlv, "stage", "provider_result_recorded", "outcome", "failed",
+      "error", a.error, "provider_result_recorded_us", a.now_us)
+    redis.call("XADD", events, "MAXLEN", "~", a.maxlen, "*", "type", "delivery",
+      "data", cjson.encode({delivery_id = did, message_id = d[3], recipient = a.name,
+        stage = "provider_result_recorded", outcome = "failed", error = a.error,
+        target = "pending"}))
+    n = n + 1
+  end
+end
+if n > 0 then redis.call("HINCRBY", KEYS[5], "outcome:failed", n) end
+return {"ok", n}
