@@ -157,6 +157,8 @@ def expire_names(
     """
     names = client.zrangebyscore(keys.allowed_due(project_id), "-inf", now_us // 1000,
                                  start=0, num=EXPIRE_BATCH)
+    if not names:
+        return []
     bind = client.register_script(source("bind_name"))
     end = client.register_script(source("end_name"))
     bound: list[Bound] = []

@@ -7,12 +7,14 @@ files (functions only) is put before its own, so shared logic lives once.
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib import resources
 from typing import Any
 
 USES_RE = re.compile(r"^-- uses: (?P<libs>[\w, ]+)$", re.MULTILINE)
 
 
+@cache
 def _text(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
 
@@ -26,6 +28,7 @@ def _libs(name: str, seen: list[str]) -> None:
             seen.append(lib)
 
 
+@cache
 def source(name: str) -> str:
     """The text of ``lua/<name>.lua``, after the shared files it uses."""
     libs: list[str] = []
