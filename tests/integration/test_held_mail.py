@@ -107,7 +107,7 @@ def test_held_mail_is_not_sent_over_a_webhook_before_release(
     receiver = Receiver()
     receiver.start()
     try:
-        stack.start_worker(queues="deliver.webhook", concurrency=1)
+        stack.start_worker(queues="deliver.webhook", concurrency=1, beat=False)
         alice = project.agent("Alice")
         project.agent("Hooked", inbound="hold",
                       transport={"kind": "webhook", "url": receiver.url("/hook")})
