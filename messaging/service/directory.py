@@ -7,8 +7,9 @@ from typing import Any
 from messaging import ids
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid, not_found
-from messaging.models import AgentIn, PresenceIn, ProjectIn
+from messaging.models import HUMAN, AgentIn, PresenceIn, ProjectIn
 from messaging.service.caller import Caller
+from messaging.service.human import ensure_human
 from messaging.service.sending import Dispatcher
 from messaging.service.views import agent_row
 from messaging.store.store import Store
@@ -39,6 +40,7 @@ async def create_project(store: Store, caller: Caller, body: ProjectIn) -> Json:
             "a project with this project_key exists; its token was shown when it was created",
             {"project_key": body.project_key},
         )
+    await ensure_human(store, project["id"])
     return {
         "project_id": project["id"],
         "project_key": project["project_key"],
@@ -134,7 +136,8 @@ async def list_agents(store: Store, caller: Caller, project_id: str) -> Json:
     """The project's agents, oldest registration first."""
     caller.require_member(project_id)
     await require_project(store, project_id)
-    agents = sorted(await store.list_agents(project_id), key=lambda a: int(a["registered_us"]))
+    agents = sorted((a for a in await store.list_agents(project_id) if a["id"] != HUMAN),
+                    key=lambda a: int(a["registered_us"]))
     return {"agents": [agent_row(a) for a in agents]}
 
 

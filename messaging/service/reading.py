@@ -100,6 +100,12 @@ async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
     never skips or repeats an entry, however many arrive between calls.
     """
     project_id, agent_id = caller.require_agent()
+    return await inbox_of(store, caller, project_id, agent_id, q)
+
+
+async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
+                   q: InboxQuery) -> Json:
+    """A page of one recipient's inbox (an agent's, or the project's human's)."""
     after = _parse_cursor(q.cursor)
     items: list[Json] = []
     while len(items) < q.limit:

@@ -14,6 +14,7 @@ from messaging import ids
 from messaging.config import Settings
 from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found, unauthenticated
 from messaging.models import (
+    HUMAN,
     NOTICE_ID_RE,
     SUBJECT_MAX,
     Importance,
@@ -264,6 +265,8 @@ def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:
     warnings = []
     observations = [_observation(obs) for obs in observations]
     for obs in observations:
+        if obs.get("agent_id") == HUMAN:
+            continue  # the human's inbox waits for the console: nothing to warn about
         if obs.get("target") == Target.PENDING:
             warnings.append(WARN_PENDING.format(r=obs["recipient"], expires_ts=obs["expires_ts"]))
         elif obs.get("held"):

@@ -21,8 +21,8 @@ UNKNOWN_PRESENCE = "unknown"
 
 
 def label(agent: Json) -> str:
-    """``Name [ref]``, the address that always resolves exactly."""
-    return f"{agent['name']} [{agent['ref']}]"
+    """``Name [ref]``, the address that always resolves exactly (``human`` has no ref)."""
+    return f"{agent['name']} [{agent['ref']}]" if agent.get("ref") else str(agent["name"])
 
 
 def transport_row(agent: Json) -> Json:

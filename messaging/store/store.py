@@ -180,6 +180,11 @@ class Store:
         await self.client.delete(keys.agent_token(pid, agent["id"]))
         raise RuntimeError("no free agent ref after several tries")
 
+    async def add_agent_record(self, project_id: str, agent: Json) -> bool:
+        """Store an agent record without token or ref (the human) unless there is one."""
+        return bool(await self.client.hsetnx(keys.agents(project_id), agent["id"],
+                                             json.dumps(agent)))
+
     async def get_agent(self, project_id: str, agent_id: str) -> Json | None:
         """One agent, or None."""
         raw = await self.client.hget(keys.agents(project_id), agent_id)

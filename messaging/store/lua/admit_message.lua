@@ -116,7 +116,8 @@ for i, t in ipairs(targets) do
   else
     local ag = t.agent
     local label = agent_label(ag)
-    local held = ag.inbound == "hold" and ag.id ~= a.sender_id
+    -- the human releases held mail: their own is never held
+    local held = ag.inbound == "hold" and ag.id ~= a.sender_id and a.sender_id ~= "human"
     write_delivery(key, {id = did, message_id = a.message_id, agent_id = ag.id,
       sender_id = a.sender_id, recipient = label, transport = ag.transport.kind,
       policy = policy, stage = "target_selected", target = "pinned", held = held,

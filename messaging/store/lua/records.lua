@@ -17,8 +17,10 @@ local function write_delivery(key, d)
   end
 end
 
--- `Name [ref]`: the label that always resolves exactly.
+-- `Name [ref]`: the label that always resolves exactly (the project's human,
+-- which has no ref, is just `human`).
 local function agent_label(ag)
+  if type(ag.ref) ~= "string" or ag.ref == "" then return ag.name end
   return ag.name .. " [" .. ag.ref .. "]"
 end
 

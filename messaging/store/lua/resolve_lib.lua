@@ -87,6 +87,14 @@ end
 -- agent (then checked like any other) or nil and a reason. A recipient that
 -- is not an agent (the project's human side) is added here as its own kind.
 local RESERVED = {}
+-- The project's human: a record without a ref in the agents hash, written when
+-- the project is created (messaging/service/human.py); its mail goes to the
+-- project's human inbox.
+RESERVED["human"] = function(ctx)
+  local human = load_agent(ctx, "human")
+  if not human then return nil, "not_found" end
+  return human, nil
+end
 RESERVED["main"] = function(ctx)
   local sender = ctx.sender
   if not sender or type(sender.parent) ~= "string" then return nil, "no_main" end
