@@ -24,7 +24,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 WAIT_MS = 15_000
-VIEWS = ("agents", "messages", "compose")
+VIEWS = ("agents", "messages", "held", "names", "human", "compose")
 
 Json = dict[str, Any]
 
@@ -232,9 +232,73 @@ def test_script_in_a_message_never_runs(console: Console, project: Project):
     assert all(u.startswith(project.stack.api_url) for u in requests), requests
 
 
+def test_releasing_held_mail_sends_it_to_the_agent(console: Console, project: Project):
+    alice, guarded = project.agent("Alice"), project.agent("Guarded", inbound="hold")
+    project.agent("Other")
+    kept = alice.api.send("Guarded", "Hold me", "for the human first")
+    refused = alice.api.send("Guarded", "Decline me", "not wanted")
+    console.sign_in()
+    console.go("held")
+    page = console.page
+    page.wait_for_selector("li.held-item:has-text('Hold me')")
+    assert guarded.api.inbox()["messages"] == []
+    page.click("li.held-item:has-text('Hold me') button.release")
+    page.wait_for_selector("#status:has-text('Released')")
+    mail = wait_until(lambda: guarded.api.inbox()["messages"], what="released mail")
+    assert [m["id"] for m in mail] == [kept["id"]]
+    page.click("li.held-item:has-text('Decline me') button.decline")
+    page.wait_for_selector("#content:has-text('No mail is waiting')")
+    [declined] = alice.api.message_deliveries(refused["id"])
+    assert declined["outcome"] == "rejected"
+    console.go("messages")
+    page.click("a.subject:has-text('Hold me')")
+    page.wait_for_selector(".delivery li.stage.done[data-stage=provider_result_recorded]")
+    assert console.errors == []
+
+
+def test_names_are_authorized_and_removed(console: Console, project: Project):
+    console.sign_in()
+    console.go("names")
+    page = console.page
+    page.fill("#authorize input[name=name]", "Reviewer")
+    page.click("#authorize button[type=submit]")
+    page.wait_for_selector("ul.names li:has-text('Reviewer')")
+    names = project.admin.request("GET", f"/v1/projects/{project.project_id}/names")["names"]
+    assert [n["name"] for n in names] == ["Reviewer"]
+    page.click("ul.names li:has-text('Reviewer') button")
+    page.wait_for_selector("#content:has-text('No name is authorized')")
+
+
+def test_compose_as_human_and_see_the_agents_reply(console: Console, project: Project):
+    bob = project.agent("Bob")
+    console.sign_in()
+    console.go("compose")
+    page = console.page
+    page.fill("#compose input[name=to]", "Bob")
+    page.fill("#compose input[name=subject]", "Status?")
+    page.fill("#compose textarea[name=body_md]", "Where is the **auth** review?")
+    page.click("#compose button[type=submit]")
+    page.wait_for_selector("article.message .body strong")
+    [mail] = wait_until(lambda: bob.api.inbox()["messages"], what="the human's mail")
+    assert (mail["from"], mail["subject"]) == ("human", "Status?")
+    bob.api.reply(mail["id"], "Done, see `auth.py`.")
+    page.wait_for_selector("article.message:has-text('Done, see')")
+    console.go("human")
+    page.wait_for_selector("li.message-item:has-text('Re: Status?')")
+    assert "Bob" in page.inner_text("li.message-item")
+    assert console.errors == []
+
+
 def test_screenshots_of_each_page(browser: Any, project: Project, tmp_path: Path):
-    alice, bob = project.agent("Alice"), project.agent("Bob")
+    lead = project.agent("Lead")
+    alice = project.agent("Alice", parent=lead.id)
+    bob = project.agent("Bob", parent=lead.id)
+    project.agent("Guarded", inbound="hold")
     alice.api.set_presence("busy")
+    alice.api.send("Guarded", "Deploy window", "May I deploy at 18:00?")
+    alice.api.send("human", "Decision needed", "Ship the **auth** change on Friday?")
+    project.admin.request("PUT", f"/v1/projects/{project.project_id}/names/Reviewer",
+                          json={})
     sent = alice.api.send("Bob", "Review auth.py", "# Findings\n\n- tokens are **hashed**\n"
                           "- rotate the `signing` key\n\n```py\nrotate(key)\n```\n", topic="review")
     delivered(alice, sent["id"])

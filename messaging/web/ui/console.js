@@ -293,6 +293,7 @@ views.names = {
     return [el("h2", {}, `Authorized names (${rows.length})`),
       rows.length ? el("ul", {class: "names"}, rows.map((n) => el("li", {},
         el("b", {}, n.name), ` until ${clock(n.expires_ts)} `,
+        n.waiting ? badge(`${n.waiting} waiting`, "warn") : null, " ",
         el("button", {type: "button", onclick: async () => {
           try { await api("DELETE", projectPath(`/names/${encodeURIComponent(n.name)}`)); }
           catch (err) { say(err.message, true); }
