@@ -251,7 +251,7 @@ views.held = {
         await api("POST", `/v1/deliveries/${encodeURIComponent(d.delivery_id)}/${what}`);
         say(`${what === "release" ? "Released" : "Declined"} the delivery to ${d.recipient}.`);
       } catch (err) { say(err.message, true); }
-      show();
+      show(true); // redraw in place, keeping what the status line says
     };
     return [el("h2", {}, `Held mail (${rows.length})`),
       rows.length ? el("ul", {class: "held"}, rows.map((d) => {
@@ -283,7 +283,7 @@ views.names = {
         say(`Authorized ${name}.`);
         e.target.reset();
       } catch (err) { say(err.message, true); }
-      show();
+      show(true); // redraw in place, keeping what the status line says
     }}, el("input", {name: "name", placeholder: "name", "aria-label": "name", required: true}),
     el("input", {name: "ttl_s", type: "number", min: 1, value: 3600, "aria-label": "seconds"}),
     el("button", {type: "submit"}, "Authorize"));
@@ -297,7 +297,7 @@ views.names = {
         el("button", {type: "button", onclick: async () => {
           try { await api("DELETE", projectPath(`/names/${encodeURIComponent(n.name)}`)); }
           catch (err) { say(err.message, true); }
-          show();
+          show(true);
         }}, "Remove")))) : el("p", {class: "muted"}, "No name is authorized ahead of its agent.")];
   },
 };
