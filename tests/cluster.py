@@ -7,13 +7,16 @@ then shares the 16384 slots among them (no replicas).
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import redis
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.config import STORE_PASSWORD_FILE
+from messaging.runtime.embedded import EmbeddedStore, store_password
 
 # Short, so that a node that died is noticed quickly; tests never fail over.
 NODE_TIMEOUT_MS = 2000
@@ -47,13 +50,18 @@ class EmbeddedCluster:
 
     def __init__(self, root: Path, ports: list[tuple[int, int]]) -> None:
         self.root = root
-        self.nodes = [ClusterNode(root / f"node{i}", port, bus)
-                      for i, (port, bus) in enumerate(ports)]
+        dirs = [root / f"node{i}" for i in range(len(ports))]
+        # One password for every node: a client speaks to all of them with one URL.
+        self.password = store_password(dirs[0])
+        for other in dirs[1:]:
+            other.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(dirs[0] / STORE_PASSWORD_FILE, other / STORE_PASSWORD_FILE)
+        self.nodes = [ClusterNode(d, port, bus) for d, (port, bus) in zip(dirs, ports, strict=True)]
 
     @property
     def url(self) -> str:
         """The cluster's ``redis+cluster://`` URL (any node finds the others)."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+        return f"redis+cluster://:{self.password}@127.0.0.1:{self.nodes[0].port}"
 
     def start(self) -> None:
         """Start the nodes, create the cluster, wait until every node sees it whole."""
@@ -64,7 +72,8 @@ class EmbeddedCluster:
                 [str(valkey_cli()), "--cluster", "create",
                  *(f"127.0.0.1:{n.port}" for n in self.nodes),
                  "--cluster-replicas", "0", "--cluster-yes"],
-                capture_output=True, text=True, timeout=CREATE_TIMEOUT_S, check=False)
+                capture_output=True, text=True, timeout=CREATE_TIMEOUT_S, check=False,
+                env={**os.environ, "REDISCLI_AUTH": self.password})  # never on argv
             if create.returncode != 0:
                 raise RuntimeError(f"valkey-cli --cluster create failed:\n{create.stdout}"
                                    f"{create.stderr}")
@@ -82,7 +91,8 @@ class EmbeddedCluster:
         """Wait until each node reports ``cluster_state:ok`` and knows every other node."""
         deadline = time.monotonic() + CREATE_TIMEOUT_S
         for node in self.nodes:
-            with redis.Redis(port=node.port, decode_responses=True) as client:
+            with redis.Redis(port=node.port, password=self.password,
+                             decode_responses=True) as client:
                 while True:
                     info = client.cluster("INFO")
                     if (info.get("cluster_state") == "ok"

@@ -39,7 +39,7 @@ def refusal(api: CourierClient) -> tuple[int, str, bool | None]:
 
 
 def cluster_failed(node: ClusterNode) -> bool:
-    with redis.Redis(port=node.port, decode_responses=True) as r:
+    with redis.Redis(port=node.port, password=node.password, decode_responses=True) as r:
         info: dict[str, Any] = r.cluster("INFO")
         return info["cluster_state"] == "fail"
 
