@@ -114,8 +114,24 @@ def search_rows(r: Json) -> list[Row]:
     return rows
 
 
+def fairness_rows(r: Json) -> list[Row]:
+    """B's send->inbox p99 under A's flood, shared queue and lane, against B alone."""
+    quiet = r["quiet"]["p99_ms"]
+    base = f"B alone @{r['rate_per_s']:g}/s"
+    rows = [_row("fairness", "B send->inbox p99 ms, alone", quiet)]
+    for key, label in (("shared", "shared queue"), ("lane", "A on a lane")):
+        f = r[key]
+        rows += [
+            _row("fairness", f"B p99 ms during A's {r['flood']:,} flood, {label}",
+                 f["b"]["p99_ms"], quiet, base, "<= 3x", _at_most(3.0), on_ratio=True),
+            _row("fairness", f"A drain s, {label}", f["a_drain_s"]),
+        ]
+    return rows
+
+
 ROWS = {"admission": admission_rows, "delivery": delivery_rows,
-        "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows}
+        "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
+        "fairness": fairness_rows}
 
 
 def rows(results: Json) -> list[Row]:

@@ -27,6 +27,12 @@ class Sizes:
     # Search: stored messages at its large point, and how long each query runs.
     search_large: int = 1_000_000
     search_query_s: float = 5.0
+    # Fairness: A's flood of inbox messages, B's steady rate, B alone for how long,
+    # and B's load windows during the flood.
+    fairness_flood: int = 20_000
+    fairness_rate_per_s: float = 10.0
+    fairness_quiet_s: float = 10.0
+    fairness_window_s: float = 5.0
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
@@ -34,4 +40,5 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
-              search_large=3_000, search_query_s=0.3)
+              search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
+              fairness_quiet_s=2.0, fairness_window_s=1.0)

@@ -579,6 +579,32 @@ def archive_read(
                       f"{d['outcome'] or '-'}, read {d.get('read_ts') or '-'}")
 
 
+@app.command()
+def lane(
+    project_id: str,
+    name: Annotated[str | None, typer.Argument(help="1-32 of a-z, 0-9, -")] = None,
+    off: Annotated[bool, typer.Option("--off", help="back to the shared queues")] = False,
+    url: Url = None,
+    token: Annotated[str | None, typer.Option("--token", envvar="COURIER_OPERATOR_TOKEN",
+                                              help="operator token [default: data dir]")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Give a busy project a lane of its own (queues deliver.<transport>.<lane>), or --off."""
+    if (name is None) == (not off):
+        _fail("give a lane name, or --off")
+    token = token or get_settings().resolve_operator_token()
+    p = _call(url, token, CourierClient.set_lane, project_id, None if off else name)
+    if as_json:
+        _print_json(p)
+        return
+    backlog = ", ".join(f"{kind} {n}" for kind, n in p["backlog"].items())
+    if p["lane"]:
+        out.print(f"project {project_id} is on lane {p['lane']} (waiting: {backlog})")
+        out.print(f"serve it: celery -A workers.app worker -E -Q deliver.inbox.{p['lane']}")
+    else:
+        out.print(f"project {project_id} is on the shared queues (waiting: {backlog})")
+
+
 def main() -> None:
     """Entry point of the ``courier`` script."""
     app()

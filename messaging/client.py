@@ -120,6 +120,16 @@ class CourierClient:
             body["name"] = name
         return self.request("POST", "/v1/projects", json=body)
 
+    def project(self, project_id: str) -> Json:
+        """A project, its lane and its backlog per transport (operator or project token)."""
+        return self.request("GET", f"/v1/projects/{project_id}")
+
+    def set_lane(self, project_id: str, lane: str | None) -> Json:
+        """Put a project on a lane, or back on the shared queues with None (operator token)."""
+        if lane is None:
+            return self.request("DELETE", f"/v1/projects/{project_id}/lane")
+        return self.request("PUT", f"/v1/projects/{project_id}/lane", json={"lane": lane})
+
     def register_agent(self, project_id: str, name: str, transport: Json | None = None,
                        **fields: Any) -> Json:
         """Register an agent (project token); the answer holds its token."""

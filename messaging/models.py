@@ -368,3 +368,9 @@ def invalid_argument_details(errors: list[Any], prefix: str = "") -> tuple[str, 
     ]
     first = rows[0] if rows else {"field": prefix.rstrip(".") or "body", "message": "invalid"}
     return f"{first['field']}: {first['message']}", {"field": first["field"], "errors": rows}
+
+
+class LaneIn(Model):
+    """``PUT /v1/projects/{project_id}/lane``."""
+
+    lane: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=r"^[a-z0-9-]+$")]

@@ -26,6 +26,10 @@ LEASE_EXPIRED = "the worker's lease ran out after the request was handed off; wh
     "the receiver got it is unknown"
 LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the request off"
 
+# A ticket that finds a project with nothing ready (taken by another ticket)
+# tries the next project, this many times at most.
+TURNS_PER_TICKET = 8
+
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
 
@@ -58,17 +62,35 @@ def summary(transport: str, project_id: str, counts: Counter[str]) -> str:
 
 
 @app.task(name=DELIVER_TASK)
-def deliver(project_id: str, transport: str, delivery_ids: list[str]) -> str:
-    """Lease what is free of these deliveries, deliver it, record outcomes.
+def deliver(transport: str, lane: str = "") -> str:
+    """A ticket: one turn on this transport's queue (on a lane, the lane's).
 
-    A duplicate task finds the leases taken or the outcomes recorded and does
-    nothing; returns what it recorded, by outcome.
+    Serves the project whose turn it is (round robin over the projects with
+    ready deliveries), one batch: leases what is free of it, carries it,
+    records outcomes. Returns what it recorded, by outcome, for Flower.
     """
-    counts, leased = Dispatcher(store(), get_settings()).run(transports.get(transport),
-                                                             project_id, delivery_ids)
-    if leased:
-        index(project_id, leased)
-    return summary(transport, project_id, counts)
+    carrier = transports.get(transport)
+    queue = carrier.queue(lane)
+    for _ in range(TURNS_PER_TICKET):
+        project_id = store().ring_next(queue)
+        if project_id is None:
+            return f"{queue}: nothing waiting"
+        taken = store().take_ready(project_id, transport, lane, carrier.batch_size)
+        if taken.moved_to is not None:
+            # The project moved to another lane since it joined this ring.
+            store().ring_drop(queue, project_id)
+            publisher().rehome(project_id, transport, taken.moved_to)
+            continue
+        if taken.left == 0 and store().ring_leave(queue, project_id, transport):
+            publisher().tickets(transport, lane, 1)
+        if not taken.delivery_ids:
+            continue
+        counts, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
+                                                                 taken.delivery_ids)
+        if leased:
+            index(project_id, leased)
+        return summary(transport, project_id, counts)
+    return f"{queue}: nothing ready in {TURNS_PER_TICKET} turns"
 
 
 def index(project_id: str, leased: list[Leased]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.context import Context
-from bench.scenarios import admission, delivery, end_to_end, scale, search
+from bench.scenarios import admission, delivery, end_to_end, fairness, scale, search
 
 Scenario = Callable[[Context], dict[str, Any]]
 
@@ -16,4 +16,5 @@ SCENARIOS: dict[str, Scenario] = {
     "end_to_end": end_to_end.run,
     "scale": scale.run,
     "search": search.run,
+    "fairness": fairness.run,
 }

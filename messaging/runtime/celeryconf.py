@@ -38,6 +38,11 @@ def batch_size(transport: str) -> int:
     return transports.installed()[transport].batch_size
 
 
+def transport_kinds() -> list[str]:
+    """Every installed transport's kind."""
+    return list(transports.installed())
+
+
 def delivery_queues() -> list[str]:
     """The shared delivery queue of every installed transport."""
     return [cls.queue() for cls in transports.installed().values()]

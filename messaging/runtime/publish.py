@@ -1,8 +1,16 @@
-"""Publishing delivery tasks to the broker, by name, one queue per transport.
+"""Publishing deliveries: ready sets in the store, tickets on the broker.
+
+Fairness: a delivery is not carried by its task. It joins its project's ready
+set for its transport (``make_ready``), the project joins the ring of the
+queue it is served on (its lane's, or the shared one), and anonymous tickets
+(``courier.deliver(transport, lane)``) are published, one per batch. A worker
+taking any ticket serves the next project of the ring, round robin, one batch:
+a project's backlog of thousands holds up another project's new mail by one
+batch per worker, not by the backlog.
 
 The API hands admitted deliveries to a ``BatchPublisher``: a thread that
-groups them per (project, transport) and publishes one task per group. Each
-``submit`` returns a future that says whether the batch carrying that
+groups them per (project, transport), makes them ready and publishes their
+tickets. Each ``submit`` returns a future that says whether the batch carrying that
 delivery was published, so an answer can tell about its own send. A failed
 publish loses nothing: the delivery is already in the store's outbox, and the
 sweeper publishes it again.
@@ -11,6 +19,7 @@ sweeper publishes it again.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -22,7 +31,15 @@ from celery import Celery
 from kombu.exceptions import ChannelError
 
 from messaging.config import Settings
-from messaging.runtime.celeryconf import DELIVER_TASK, batch_size, celery_config, queue_for
+from messaging.runtime.celeryconf import (
+    DELIVER_TASK,
+    batch_size,
+    celery_config,
+    delivery_queues,
+    queue_for,
+    transport_kinds,
+)
+from messaging.store.deliveries import DeliveryStore
 
 log = logging.getLogger(__name__)
 
@@ -32,37 +49,78 @@ IDLE_WAIT_S = 0.5
 
 
 class Publisher:
-    """Sends ``courier.deliver`` tasks; raises when the broker cannot take them."""
+    """Makes deliveries ready and sends tickets; raises when the broker cannot take them."""
 
     def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.app = Celery("courier-publisher", set_as_current=False)
         self.app.conf.update(celery_config(settings))
+        self._store: DeliveryStore | None = None
 
-    def publish(self, project_id: str, transport: str, delivery_ids: list[str]) -> None:
-        """Publish one task carrying these deliveries of one transport.
+    @property
+    def store(self) -> DeliveryStore:
+        """The store (its own connections, made on first use)."""
+        if self._store is None:
+            self._store = DeliveryStore.from_url(self.settings.store_url)
+        return self._store
+
+    def tickets(self, transport: str, lane: str, count: int) -> None:
+        """Publish ``count`` tickets for one transport's queue (on a lane, the lane's).
 
         Raises:
             kombu/OSError exceptions when the broker is unreachable.
         """
-        self.app.send_task(
-            DELIVER_TASK,
-            args=[project_id, transport, delivery_ids],
-            queue=queue_for(transport),
-            retry=False,
-        )
+        for _ in range(count):
+            self.app.send_task(DELIVER_TASK, args=[transport, lane],
+                               queue=queue_for(transport, lane), retry=False)
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
-        """Publish (project, transport, delivery) items, a transport's batch size per task."""
+        """Make (project, transport, delivery) items ready and publish their tickets.
+
+        One ticket per batch of newly ready deliveries, and at least one per
+        group (a ticket lost since is replaced). Returns how many were published.
+        """
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         tasks = 0
         for (project_id, transport), dids in groups.items():
-            size = batch_size(transport)
-            for start in range(0, len(dids), size):
-                self.publish(project_id, transport, dids[start : start + size])
-                tasks += 1
+            added, lane, _ = self.store.make_ready(project_id, transport, dids)
+            self.store.ring_join(queue_for(transport, lane), project_id)
+            count = max(1, math.ceil(added / batch_size(transport)))
+            self.tickets(transport, lane, count)
+            tasks += count
         return tasks
+
+    def rehome(self, project_id: str, transport: str, lane: str) -> int:
+        """After a lane change: the project joins its queue's ring, with tickets for all its
+        ready deliveries of the transport. Returns how many are ready."""
+        count = self.store.ready_count(project_id, transport)
+        if count:
+            self.store.ring_join(queue_for(transport, lane), project_id)
+            self.tickets(transport, lane, math.ceil(count / batch_size(transport)))
+        return count
+
+    def move_lane(self, project_id: str, lane: str) -> dict[str, int]:
+        """Put a project on a lane ("" for the shared queues); its waiting deliveries follow.
+
+        Returns the ready deliveries per transport that moved.
+        """
+        old = self.store.set_lane(project_id, lane)
+        moved: dict[str, int] = {}
+        for transport in transport_kinds():
+            if old != lane:
+                self.store.ring_drop(queue_for(transport, old), project_id)
+            moved[transport] = self.rehome(project_id, transport, lane)
+        return moved
+
+    def queue_names(self) -> list[str]:
+        """Every delivery queue, lanes' included, and the sweeper's."""
+        names = delivery_queues()
+        for lane in self.store.lanes():
+            names += [queue_for(t, lane) for t in transport_kinds()]
+        return [*names, *(q.name for q in self.app.conf.task_queues
+                          if q.name not in names)]
 
     def queue_depths(self) -> dict[str, int]:
         """Tasks waiting in each Courier queue (Redis and AMQP brokers alike).
@@ -71,16 +129,17 @@ class Publisher:
             kombu/OSError exceptions when the broker is unreachable.
         """
         depths: dict[str, int] = {}
+        names = self.queue_names()
         with self.app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1)
-            for queue in self.app.conf.task_queues:
+            for name in names:
                 # A channel each: AMQP closes a channel on a passive miss.
                 channel = conn.channel()
                 try:
-                    declared = channel.queue_declare(queue=queue.name, passive=True)
-                    depths[queue.name] = int(declared.message_count)
+                    declared = channel.queue_declare(queue=name, passive=True)
+                    depths[name] = int(declared.message_count)
                 except ChannelError:  # Redis keeps no empty queue; AMQP may not have it yet
-                    depths[queue.name] = 0
+                    depths[name] = 0
                 finally:
                     channel.close()
         return depths
@@ -95,8 +154,10 @@ class Publisher:
             return False
 
     def close(self) -> None:
-        """Release broker connections."""
+        """Release broker and store connections."""
         self.app.close()
+        if self._store is not None:
+            self._store.client.close()
 
 
 # One delivery to publish (project, transport, delivery id) and what its sender awaits.

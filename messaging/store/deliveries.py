@@ -44,6 +44,15 @@ class SweepAction:
 
 
 @dataclass(frozen=True)
+class Taken:
+    """What a worker took at its turn at one project."""
+
+    delivery_ids: list[str]
+    left: int  # ready deliveries of the transport still waiting
+    moved_to: str | None = None  # the project's lane, when it is no longer this queue's
+
+
+@dataclass(frozen=True)
 class Result:
     """What to record of one attempt."""
 
@@ -169,6 +178,67 @@ class DeliveryStore:
                   *latency(int(admitted_us or 0)), error_not_sent],
         )
         return outcome if isinstance(outcome, str) else ""
+
+    def make_ready(self, project_id: str, transport: str,
+                   delivery_ids: list[str]) -> tuple[int, str, int]:
+        """Add deliveries to the project's ready set: (how many were new, its lane, ready count)."""
+        added, lane, count = self.scripts.make_ready(
+            keys=[keys.project(project_id), keys.ready(project_id, transport)],
+            args=[str(now_ms()), *delivery_ids])
+        return int(added), str(lane), int(count)
+
+    def take_ready(self, project_id: str, transport: str, lane: str, count: int) -> Taken:
+        """Take up to ``count`` of the project's oldest ready deliveries, if it is on ``lane``."""
+        raw = self.scripts.take_ready(
+            keys=[keys.project(project_id), keys.ready(project_id, transport)],
+            args=[lane, str(count)])
+        if int(raw[0]) == 0:
+            return Taken([], 0, str(raw[1]))
+        return Taken([str(d) for d in raw[2:]], int(raw[1]))
+
+    def ready_count(self, project_id: str, transport: str) -> int:
+        """How many of the project's deliveries of one transport wait for a turn."""
+        return int(self.client.zcard(keys.ready(project_id, transport)))
+
+    def ring_join(self, queue: str, project_id: str) -> None:
+        """Put a project in a queue's ring (served next); no change when it is there."""
+        self.client.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+
+    def ring_next(self, queue: str) -> str | None:
+        """Whose turn it is on a queue (the project goes to the back of the ring)."""
+        project_id = self.scripts.ring_next(keys=[keys.ring(queue)], args=[])
+        return str(project_id) if project_id else None
+
+    def ring_drop(self, queue: str, project_id: str) -> None:
+        """Take a project out of a queue's ring (it moved to another lane)."""
+        self.client.zrem(keys.ring(queue), project_id)
+
+    def lanes(self) -> list[str]:
+        """Every lane a project was ever given."""
+        return sorted(str(lane) for lane in self.client.smembers(keys.LANES))
+
+    def ring_leave(self, queue: str, project_id: str, transport: str) -> bool:
+        """Take a project whose ready set looked empty out of a queue's ring.
+
+        Checks again after leaving: deliveries made ready meanwhile put it back,
+        and True says so (its ticket may have been spent on an empty ring).
+        """
+        self.ring_drop(queue, project_id)
+        if self.ready_count(project_id, transport) == 0:
+            return False
+        self.ring_join(queue, project_id)
+        return True
+
+    def set_lane(self, project_id: str, lane: str) -> str:
+        """Give the project a lane ("" for the shared queues); returns the lane it had."""
+        pkey = keys.project(project_id)
+        old = self.client.hget(pkey, "lane") or ""
+        if lane:
+            self.client.sadd(keys.LANES, lane)
+            self.client.hset(pkey, "lane", lane)
+        else:
+            self.client.hdel(pkey, "lane")
+        return str(old)
 
     def project_ids(self) -> list[str]:
         """Every project (the sweeper's round)."""

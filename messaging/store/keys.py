@@ -4,13 +4,19 @@ Project keys carry the hash tag ``{p:<project_id>}`` so that each Lua script
 touches one cluster slot. ``:`` is the only separator.
 
 Global (no project): single keys spread over a cluster by their own hash.
-No script touches them, so no script crosses cluster slots.
+Only ring_next touches one (its ring, alone), so no script crosses cluster slots.
     courier:token:<sha256>                 hash   kind, project_id, agent_id        no TTL
     courier:project_key:<sha256(key)>      string project_id                         no TTL
     courier:projects                       set    every project id (sweeper's list) no TTL
+    courier:ring:<queue>                   zset   projects with ready deliveries for one
+                                                  delivery queue, by turn number      no TTL
+    courier:lanes                          set    lane names given to projects        no TTL
 
 Per project, prefix ``courier:{p:<project_id>}``:
-    :project                               hash   id, project_key, name, created_ts  no TTL
+    :project                               hash   id, project_key, name, created_ts,
+                                                  lane (absent: the shared queues)   no TTL
+    :ready:<transport>                     zset   delivery ids waiting for a worker's
+                                                  turn at this project, by ready ms   no TTL
     :seq                                   string monotonic sequence (inbox scores)  no TTL
     :agents                                hash   agent_id -> agent JSON              no TTL
     :names                                 hash   name -> JSON list of agent ids      no TTL
@@ -79,6 +85,7 @@ IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 # record of the message that may have made it, so a retried request finds it.
 SUBSCRIPTION_KEEP_S = IDEMPOTENCY_TTL_S
 PROJECTS = f"{PREFIX}:projects"
+LANES = f"{PREFIX}:lanes"
 
 
 def _digest(value: str) -> str:
@@ -232,3 +239,13 @@ def waiting(project_id: str, name: str) -> str:
 def held(project_id: str) -> str:
     """Held deliveries of the project, oldest admission first."""
     return f"{_p(project_id)}:held"
+
+
+def ready(project_id: str, transport: str) -> str:
+    """The project's deliveries of one transport waiting for their turn."""
+    return f"{_p(project_id)}:ready:{transport}"
+
+
+def ring(queue: str) -> str:
+    """The projects with ready deliveries for one delivery queue, by turn."""
+    return f"{PREFIX}:ring:{queue}"

@@ -38,6 +38,7 @@ from messaging.web.routes import (
     docs,
     held,
     human,
+    lanes,
     live,
     messages,
     names,
@@ -135,8 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
     for store_down in STORE_DOWN:
         app.add_exception_handler(store_down, _store_down)
-    for module in (ops, projects, names, messages, deliveries, held, human, live, search, console,
-                   docs):
+    for module in (ops, projects, lanes, names, messages, deliveries, held, human, live, search,
+                   console, docs):
         app.include_router(module.router)
     return app
 

@@ -33,6 +33,8 @@ FULL_MARGIN_BYTES = 64 * 1024
 def store_full(used_bytes: int, max_bytes: int) -> bool:
     """True when the store has a memory limit and is (all but) at it."""
     return max_bytes > 0 and used_bytes >= max_bytes - FULL_MARGIN_BYTES
+# How many projects /metrics names in its backlog gauge.
+BUSIEST = 10
 
 
 async def store_counters(store: Store) -> tuple[dict[str, int], int]:
@@ -52,12 +54,31 @@ async def store_counters(store: Store) -> tuple[dict[str, int], int]:
     return totals, due
 
 
+async def busiest_backlogs(store: Store, kinds: list[str],
+                           top: int = BUSIEST) -> list[tuple[str, str, int]]:
+    """(project, transport, deliveries waiting for a turn) of the projects with the most."""
+    project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
+    pipe = store.client.pipeline(transaction=False)
+    for pid in project_ids:
+        for kind in kinds:
+            pipe.zcard(keys.ready(pid, kind))
+    counts = iter(await pipe.execute())
+    rows = [(pid, kind, int(next(counts))) for pid in project_ids for kind in kinds]
+    totals: dict[str, int] = {}
+    for pid, _, n in rows:
+        totals[pid] = totals.get(pid, 0) + n
+    busiest = {pid for pid in sorted(totals, key=lambda p: -totals[p])[:top] if totals[pid]}
+    return [row for row in rows if row[0] in busiest and row[2]]
+
+
 class Snapshot:
     """A collector over figures read once for one scrape."""
 
     def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int],
-                 memory: tuple[int, int]) -> None:
+                 memory: tuple[int, int],
+                 backlogs: list[tuple[str, str, int]] | None = None) -> None:
         self.totals, self.due, self.depths, self.memory = totals, due, depths, memory
+        self.backlogs = backlogs or []
 
     def collect(self) -> Iterator[Metric]:
         """The delivery families."""
@@ -84,6 +105,12 @@ class Snapshot:
         yield GaugeMetricFamily("courier_store_max_memory_bytes", "The store's maxmemory "
                                 "(0: no limit); writes answer STORE_FULL at it",
                                 value=self.memory[1])
+        backlog = GaugeMetricFamily(
+            "courier_project_backlog", f"Deliveries waiting for a worker's turn, for the "
+            f"{BUSIEST} projects with the most", labels=["project_id", "transport"])
+        for project_id, transport, waiting in self.backlogs:
+            backlog.add_metric([project_id, transport], waiting)
+        yield backlog
 
     def _latency(self) -> HistogramMetricFamily:
         buckets: list[tuple[str, float]] = []
@@ -98,10 +125,11 @@ class Snapshot:
 
 
 def render(totals: dict[str, int], due: int, depths: dict[str, int],
-           memory: tuple[int, int]) -> bytes:
+           memory: tuple[int, int],
+           backlogs: list[tuple[str, str, int]] | None = None) -> bytes:
     """The exposition text: this process's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(totals, due, depths, memory))
+    registry.register(Snapshot(totals, due, depths, memory, backlogs))
     return generate_latest(REGISTRY) + generate_latest(registry)
 
 

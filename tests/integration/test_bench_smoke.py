@@ -13,7 +13,7 @@ import pytest
 from bench.scenarios import SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-QUICK_RUN_TIMEOUT_S = 150
+QUICK_RUN_TIMEOUT_S = 210
 # After a timeout the harness gets this long to stop its processes (SIGTERM unwinds it).
 STOP_GRACE_S = 15
 

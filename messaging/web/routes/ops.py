@@ -8,6 +8,7 @@ import redis.exceptions
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from messaging.runtime.celeryconf import transport_kinds
 from messaging.store.connect import STORE_DOWN
 from messaging.web import answers, metrics
 from messaging.web.deps import Svc, ok
@@ -51,10 +52,11 @@ async def prometheus(svc: Svc) -> PlainTextResponse:
     """Prometheus text: admissions here, deliveries and queues of the deployment."""
     totals, due = await metrics.store_counters(svc.store)
     memory = await svc.store.memory()
+    backlogs = await metrics.busiest_backlogs(svc.store, transport_kinds())
     try:
         depths = await asyncio.wait_for(
             asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
     except Exception:  # broker unreachable: the other figures still help
         depths = {}
-    return PlainTextResponse(metrics.render(totals, due, depths, memory).decode(),
+    return PlainTextResponse(metrics.render(totals, due, depths, memory, backlogs).decode(),
                              media_type="text/plain; version=0.0.4")

@@ -1,0 +1,120 @@
+"""Fairness: one project's flood against another's steady trickle, shared queue and lane.
+
+Project B sends at a fixed rate (open loop) throughout. First alone: its
+send -> inbox p99 with no flood is the baseline. Then project A admits a flood
+of inbox messages as fast as it can (closed loop) while B goes on; B's p99 over
+the messages it sent during A's drain (A's first send to A's last delivery)
+is set beside the baseline, with A's drain time. Then the same with A on a
+lane of its own, served by a worker of its own. Every message of A and B must
+be delivered exactly once, or the run is void.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from bench import loadgen
+from bench.context import Context
+from bench.loadgen import LoadResult, LoadSpec, Request
+from bench.population import Population, populate, ring, ring_sends
+from bench.procs import BenchError, Cluster
+from bench.stats import latency, ratio
+from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
+from messaging.client import CourierClient
+from messaging.store import keys
+
+LANE = "bulk"
+B_CONCURRENCY = 4
+
+
+def _trickle(url: str, requests: list[Request], ctx: Context, duration_s: float) -> LoadResult:
+    spec = LoadSpec(url, requests, B_CONCURRENCY, duration_s, 0.0,
+                    rate_per_s=ctx.sizes.fairness_rate_per_s, keep=SEND_FIELDS)
+    return loadgen.run(spec)
+
+
+def _recorded(c: Cluster, pop: Population, sent: list[Admitted], ctx: Context,
+              what: str) -> dict[str, dict[str, str]]:
+    with c.redis() as r:
+        wait_delivered(r, pop.project_id, sent, ctx.sizes.drain_timeout_s, what)
+        return check_exactly_once(r, pop.project_id, sent, what)
+
+
+def _latencies(sent: list[Admitted], times: dict[str, dict[str, str]],
+               since_us: int = 0, until_us: int = 2**63) -> list[float]:
+    return [(int(times[did]["provider_result_recorded_us"]) - m.sent_us) / 1000
+            for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
+
+
+def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population,
+           what: str) -> dict[str, Any]:
+    """A floods while B trickles, until A's flood is drained."""
+    s = ctx.sizes
+    flood: dict[str, LoadResult] = {}
+
+    def send_flood() -> None:
+        spec = LoadSpec(url, ring_sends(a), s.concurrency, 3600.0, 0.0,
+                        count=s.fairness_flood, keep=SEND_FIELDS)
+        flood["a"] = loadgen.run(spec)
+
+    def drained() -> bool:
+        with c.redis() as r:
+            done = int(r.hget(keys.stats(a.project_id), "outcome:accepted") or 0)
+        return not thread.is_alive() and done >= s.fairness_flood
+
+    thread = threading.Thread(target=send_flood, name="flood")
+    b_loads: list[LoadResult] = []
+    thread.start()
+    deadline = time.monotonic() + s.drain_timeout_s
+    # B sends in windows until A's flood has been admitted and delivered.
+    while not drained():
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what}: A's flood was not drained in {s.drain_timeout_s:g} s")
+        b_loads.append(_trickle(url, ring_sends(b), ctx, s.fairness_window_s))
+    thread.join()
+    a_sent = admitted(flood["a"], f"{what}: A")
+    a_times = _recorded(c, a, a_sent, ctx, f"{what}: A")
+    drain_end_us = max(int(t["provider_result_recorded_us"]) for t in a_times.values())
+    b_sent = [m for load in b_loads for m in admitted(load, f"{what}: B")]
+    b_times = _recorded(c, b, b_sent, ctx, f"{what}: B")
+    start_us = min(m.sent_us for m in a_sent)
+    during = _latencies(b_sent, b_times, start_us, drain_end_us)
+    if not during:
+        raise BenchError(f"{what}: B sent nothing during A's drain")
+    return {"b": latency(during), "b_sent_during": len(during),
+            "a_sent": len(a_sent), "a_drain_s": round((drain_end_us - start_us) / 1e6, 2),
+            "a_admission_per_s": round(flood["a"].per_s, 1)}
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    """B alone; A's flood on the shared queue; A's flood on a lane with its own worker."""
+    s = ctx.sizes
+    with ctx.cluster("fairness") as c:
+        _, url = c.start_http()
+        c.start_worker()
+        b = populate(url, c.operator_token, ["B0", "B1"])
+        ctx.say(f"fairness: B alone at {s.fairness_rate_per_s:g}/s for {s.fairness_quiet_s:g} s")
+        quiet_load = _trickle(url, ring_sends(b), ctx, s.fairness_quiet_s)
+        quiet_sent = admitted(quiet_load, "fairness: B alone")
+        quiet = latency(_latencies(quiet_sent, _recorded(c, b, quiet_sent, ctx, "B alone")))
+
+        ctx.say(f"fairness: A floods {s.fairness_flood:,} on the shared queue, B trickles")
+        shared = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "shared")
+
+        ctx.say(f"fairness: A floods {s.fairness_flood:,} on lane {LANE}, its own worker")
+        a = populate(url, c.operator_token, ring())
+        with CourierClient(url, c.operator_token) as op:
+            op.set_lane(a.project_id, LANE)
+        c.start_worker(queues=f"deliver.inbox.{LANE}")
+        laned = _flood(ctx, c, url, a, b, "lane")
+    return {
+        "rate_per_s": s.fairness_rate_per_s,
+        "flood": s.fairness_flood,
+        "quiet": quiet,
+        "shared": shared,
+        "lane": laned,
+        "shared_p99_ratio": round(ratio(shared["b"]["p99_ms"], quiet["p99_ms"]), 3),
+        "lane_p99_ratio": round(ratio(laned["b"]["p99_ms"], quiet["p99_ms"]), 3),
+    }

@@ -1,0 +1,16 @@
+-- ring_next: whose turn it is on one delivery queue. The ring holds the
+-- projects with ready deliveries for the queue, by turn number; the project
+-- with the lowest number is served and goes to the back (highest number + 1).
+-- A project joining the ring gets turn 0: it is served next.
+--
+-- KEYS[1]  ring  zset  project ids by turn number
+--
+-- Returns the project id whose turn it is, or false when the ring is empty.
+
+local head = redis.call("ZRANGE", KEYS[1], 0, 0)
+if #head == 0 then
+  return false
+end
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+redis.call("ZADD", KEYS[1], string.format("%d", tonumber(last[2]) + 1), head[1])
+return head[1]

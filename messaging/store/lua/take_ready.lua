@@ -1,0 +1,25 @@
+-- take_ready: a worker's turn at one project: take (remove) the oldest ready
+-- deliveries of one transport, if the project is still on the lane the worker
+-- serves. Taking is not leasing: lease_deliveries decides what is free; what a
+-- worker took and never leased is due again from the due set (the sweeper).
+--
+-- KEYS[1]  project  hash  the project (its `lane` field)
+-- KEYS[2]  ready    zset  delivery ids of one transport by when they became ready (ms)
+--
+-- ARGV[1]  the lane the worker serves ("" for the shared queues)
+-- ARGV[2]  how many to take at most
+--
+-- Returns {0, the project's lane} when it is on another lane (nothing taken),
+-- else {1, ready count left, delivery ids taken...}.
+
+local lane = redis.call("HGET", KEYS[1], "lane") or ""
+if lane ~= ARGV[1] then
+  return {0, lane}
+end
+local out = {1, 0}
+local popped = redis.call("ZPOPMIN", KEYS[2], ARGV[2])
+for i = 1, #popped, 2 do
+  out[#out + 1] = popped[i]
+end
+out[2] = redis.call("ZCARD", KEYS[2])
+return out
