@@ -212,3 +212,6 @@ def test_flower_shows_the_installed_transport_its_queue_and_what_each_task_did(
     queues = wait_until(lambda: httpx.get(flower + "/api/queues/length", timeout=5).json()[
         "active_queues"], 20, 0.2, "flower's queue list")
     assert "deliver.echo" in {q["name"] for q in queues}
+    # The sweeper ran every half second all along, and sent Flower nothing.
+    every = httpx.get(flower + "/api/tasks", timeout=5).json().values()
+    assert not [t for t in every if t.get("name") == "courier.sweep"]
