@@ -77,17 +77,19 @@ class Publisher:
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Make (project, transport, delivery) items ready and publish their tickets.
 
-        One ticket per batch of newly ready deliveries, and at least one per
-        group (a ticket lost since is replaced). Returns how many were published.
+        One ticket per batch of the given deliveries, new or already ready: a
+        delivery handed over again (the sweeper's outbox, a retry) may have lost
+        its ticket with a broker outage, and a spare ticket that finds nothing
+        ready does nothing. Returns how many were published.
         """
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         tasks = 0
         for (project_id, transport), dids in groups.items():
-            added, lane, _ = self.store.make_ready(project_id, transport, dids)
+            _, lane, _ = self.store.make_ready(project_id, transport, dids)
             self.store.ring_join(queue_for(transport, lane), project_id)
-            count = max(1, math.ceil(added / batch_size(transport)))
+            count = math.ceil(len(dids) / batch_size(transport))
             self.tickets(transport, lane, count)
             tasks += count
         return tasks
