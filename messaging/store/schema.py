@@ -71,6 +71,9 @@ class DeliveryField(StrEnum):
     RETRY_AT_MS = "retry_at_ms"
     ATTEMPTS = "attempts"  # JSON [{n, started_us, ended_us?, outcome?, error?}]
     REDRIVE = "redrive"
+    # "1": the recipient's side showed it (an inbox put is visible at once) before
+    # the outcome was recorded; recording `accepted` then records the observation.
+    SEEN_EARLY = "seen_early"
     ROUND_BASE = "round_base"
     READ_US = "read_us"
     ACK_US = "ack_us"

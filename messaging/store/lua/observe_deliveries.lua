@@ -14,7 +14,8 @@
 --
 -- Idle notices come from `courier`, which has no event stream to tell.
 --
--- Returns the number of deliveries newly observed.
+-- A delivery shown before its outcome was recorded gets `seen_early` (see
+-- record_outcomes). Returns the number of deliveries newly observed.
 
 local n = 0
 for p = 0, (#KEYS - 2) / 2 - 1 do
@@ -30,6 +31,10 @@ for p = 0, (#KEYS - 2) / 2 - 1 do
           stage = "delivery_observed", outcome = d[3]}))
     end
     n = n + 1
+  elseif d[1] == "dispatch_started" and d[2] == ARGV[1] and not d[3] then
+    -- shown before its outcome was recorded (an inbox put is visible at once):
+    -- recording `accepted` records the observation then (record_outcomes)
+    redis.call("HSET", dlv, "seen_early", "1")
   end
 end
 if n > 0 then

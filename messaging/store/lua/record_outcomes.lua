@@ -59,7 +59,7 @@ local function record(dlv, events, a)
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
     ARGV[a + 7]
   local d = redis.call("HMGET", dlv, "fence", "lease_until_ms", "attempts", "id", "stage",
-    "message_id", "recipient", "sender_id")
+    "message_id", "recipient", "sender_id", "seen_early")
   if d[1] ~= fence or not d[2] or d[2] == "0" then
     return 0
   end
@@ -82,6 +82,11 @@ local function record(dlv, events, a)
   if stage == "dispatch_started" then
     stage = "provider_result_recorded"
     redis.call("HSET", dlv, "stage", stage)
+  end
+  if d[9] then
+    -- the recipient's side showed it before this outcome was recorded
+    redis.call("HDEL", dlv, "seen_early")
+    if kind == "accepted" then displayed = "1" end
   end
   if displayed == "1" and kind == "accepted" and stage ~= "delivery_observed" then
     stage = "delivery_observed"
