@@ -1,4 +1,4 @@
-"""The broker warning describes this send (API.md: Sending, warnings).
+"""The broker warning describes this send (docs/http-api.md: Sending, warnings).
 
 An answer waits briefly for the publish of the batch carrying its own
 deliveries: a send while the broker is up has no "dispatch deferred" warning,

@@ -1,4 +1,4 @@
-"""The embedded store is locked (API.md: the embedded store line).
+"""The embedded store is locked (docs/http-api.md: the embedded store line).
 
 It listens on loopback only, keeps protected-mode on, requires a password
 generated into the data dir (never on its command line), and the data dir and

@@ -1,4 +1,4 @@
-"""The project's human (API.md: The console): sending as ``human``, the human inbox.
+"""The project's human (docs/http-api.md: The console): sending as ``human``, the human inbox.
 
 On the real stack: the project token writes as ``human`` (always wake), agents
 send and reply to ``human``, and the human inbox keeps the inbox cursor rules.

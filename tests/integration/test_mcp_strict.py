@@ -1,4 +1,4 @@
-"""MCP arguments are strict and described (API.md: MCP).
+"""MCP arguments are strict and described (docs/http-api.md: MCP).
 
 Unknown arguments are refused with INVALID_ARGUMENT, argument errors come back
 as tool errors carrying the API's error object, input schemas describe each

@@ -1,4 +1,4 @@
-"""An observation is recorded also after an ``unknown`` outcome (API.md: Deliveries).
+"""An observation is recorded also after an ``unknown`` outcome (docs/http-api.md: Deliveries).
 
 A webhook that hangs past the timeout leaves its delivery ``unknown``; the
 recipient's host then says it showed the message: ``delivery_observed`` is

@@ -1,4 +1,4 @@
-"""Tokens are revoked and rotated (API.md: Authentication).
+"""Tokens are revoked and rotated (docs/http-api.md: Authentication).
 
 Retiring or closing an agent revokes its token at once: every face answers
 401 from then on. Rotation issues a new token and revokes the old one, and a

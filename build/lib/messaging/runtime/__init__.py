@@ -1,1 +1,0 @@
-"""Processes and plumbing: publishing, Celery settings, the embedded store, courier up."""

@@ -1,1 +1,0 @@
-"""What Courier does, as plain functions on the store: sending, reading, the directory."""

@@ -1,1 +1,0 @@
-"""The store: the one place that talks to Redis. Keys in ``keys``, Lua in ``lua/``."""

@@ -1,1 +1,0 @@
-"""Courier's Celery side: the app, delivery tasks, the sweeper and transports."""
