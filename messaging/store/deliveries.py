@@ -183,8 +183,9 @@ class DeliveryStore:
                    delivery_ids: list[str]) -> tuple[int, str, int]:
         """Add deliveries to the project's ready set: (how many were new, its lane, ready count)."""
         added, lane, count = self.scripts.make_ready(
-            keys=[keys.project(project_id), keys.ready(project_id, transport)],
-            args=[str(now_ms()), *delivery_ids])
+            keys=[keys.project(project_id), keys.ready(project_id, transport),
+                  keys.seq(project_id)],
+            args=delivery_ids)
         return int(added), str(lane), int(count)
 
     def take_ready(self, project_id: str, transport: str, lane: str, count: int) -> Taken:

@@ -16,7 +16,7 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
                                                   lane (absent: the shared queues)   no TTL
     :ready:<transport>                     zset   delivery ids waiting for a worker's
-                                                  turn at this project, by ready ms   no TTL
+                                                  turn at this project, by sequence    no TTL
     :seq                                   string monotonic sequence (inbox scores)  no TTL
     :agents                                hash   agent_id -> agent JSON              no TTL
     :names                                 hash   name -> JSON list of agent ids      no TTL
