@@ -71,6 +71,8 @@ class DeliveryField(StrEnum):
     RETRY_AT_MS = "retry_at_ms"
     ATTEMPTS = "attempts"  # JSON [{n, started_us, ended_us?, outcome?, error?}]
     REDRIVE = "redrive"
+    # How often the sweeper published it again without a lease since (its grace doubles).
+    SWEEPS = "sweeps"
     # "1": the recipient's side showed it (an inbox put is visible at once) before
     # the outcome was recorded; recording `accepted` then records the observation.
     SEEN_EARLY = "seen_early"

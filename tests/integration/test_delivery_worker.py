@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 
 from messaging.client import CourierClient
@@ -316,6 +317,37 @@ def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stac
             assert list(d["stages"]) == STAGES and d["outcome"] == "accepted"
         assert re.search(rf"sweeper published \d+ deliveries of {proj.project_id}",
                          worker.log.read_text())
+
+
+def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
+        tmp_path: Path):
+    # Grace 0.5 s and no inbox worker: without back-off the sweeper would publish
+    # the waiting delivery about 12 times in 6 s; doubling graces make it 4.
+    stack = make_stack(tmp_path, outbox_grace_s="0.5")
+    try:
+        with open_project(stack) as proj:
+            alice, bob = proj.agent("Alice"), proj.agent("Bob")
+            stack.start_worker(queues="courier.sweep")
+            answer = alice.api.send(["Bob"], "waits its turn", "x")
+            did = answer["delivery"]["observations"][0]["delivery_id"]
+            dlv = keys.delivery(proj.project_id, did)
+            time.sleep(6.0)
+            with stack.redis() as r:
+                sweeps = int(r.hget(dlv, "sweeps") or 0)
+            with redis.Redis.from_url(stack.broker_url) as broker:
+                tickets = int(broker.llen(queue_for("inbox")))
+            assert 3 <= sweeps <= 5, sweeps
+            # the admission's ticket and one per sweep at most, none lost
+            assert 1 <= tickets <= sweeps + 1, (tickets, sweeps)
+
+            stack.start_worker(queues="deliver.inbox", beat=False)
+            wait_until(lambda: bob.api.delivery(did)["outcome"] == "accepted",
+                       timeout_s=20, what="the delivery accepted")
+            assert [m["id"] for m in bob.api.inbox()["messages"]] == [answer["id"]]
+            with stack.redis() as r:
+                assert r.hget(dlv, "sweeps") is None  # a lease clears the count
+    finally:
+        stack.stop()
 
 
 # a worker killed mid-dispatch

@@ -84,7 +84,7 @@ for i = 3, #KEYS do
     if not d[9] then
       redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
     end
-    redis.call("HDEL", KEYS[i], "redrive")
+    redis.call("HDEL", KEYS[i], "redrive", "sweeps")
     redis.call("ZADD", KEYS[1], lease_until, d[8])
     for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
         d[14]}) do

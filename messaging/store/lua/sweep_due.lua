@@ -1,5 +1,9 @@
 -- sweep_due: decide, for deliveries whose due time has passed, what the
 -- sweeper does, and push their due time forward so one sweep owns each.
+-- A delivery published again and still not leased (waiting its turn behind a
+-- backlog, or its ticket lost) is looked at again after a grace that doubles
+-- each time, up to MAX_BACKOFF graces (its `sweeps` count; a lease clears it):
+-- a long backlog is not published over and over.
 --
 -- KEYS[1]     due   zset  delivery ids by due time (ms)
 -- KEYS[2..]   dlv   hash  one delivery each
@@ -15,8 +19,9 @@
 -- Deliveries with nothing left to do leave the set, and so do held ones and
 -- pending ones (never published before release or binding).
 
+local MAX_BACKOFF = 32
 local now_ms = tonumber(ARGV[1])
-local next_ms = string.format("%d", now_ms + tonumber(ARGV[2]))
+local grace_ms = tonumber(ARGV[2])
 local idempotent = {}
 for t in string.gmatch(ARGV[3], "%S+") do idempotent[t] = true end
 local out = {}
@@ -38,7 +43,12 @@ for i = 2, #KEYS do
         action = "publish"
       end
       if action then
-        redis.call("ZADD", KEYS[1], next_ms, id)
+        local wait = grace_ms
+        if action == "publish" then
+          local sweeps = redis.call("HINCRBY", KEYS[i], "sweeps", 1)
+          wait = grace_ms * math.min(2 ^ (sweeps - 1), MAX_BACKOFF)
+        end
+        redis.call("ZADD", KEYS[1], string.format("%d", now_ms + wait), id)
         table.insert(out, id)
         table.insert(out, d[4])
         table.insert(out, action)
