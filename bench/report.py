@@ -55,6 +55,22 @@ def admission_rows(r: Json) -> list[Row]:
     ]
 
 
+def stack_rows(r: Json) -> list[Row]:
+    """The whole stack on one machine: admission against the trivial endpoint, delivery lag."""
+    c, t, lag = r["courier"], r["trivial"], r["admitted_to_accepted"]
+    base = f"trivial endpoint, c={r['concurrency']}"
+    return [
+        _row("stack", "sends/s, every process on one machine", c["per_s"], t["per_s"], base,
+             ">= 0.35x", _at_least(0.35), on_ratio=True),
+        _row("stack", "p50 ms", c["p50_ms"], t["p50_ms"], base),
+        _row("stack", "p99 ms", c["p99_ms"], t["p99_ms"], base),
+        _row("stack", "admitted->accepted p50 ms, under load", lag["p50_ms"]),
+        _row("stack", "admitted->accepted p99 ms, under load", lag["p99_ms"], target="<= 100 ms",
+             check=_at_most(100)),
+        _row("stack", "drain s after the load", r["drain_s"]),
+    ]
+
+
 def delivery_rows(r: Json) -> list[Row]:
     """Deliveries/s against no-op tasks/s."""
     return [_row("delivery", f"deliveries/s ({r['backlog']} backlog)", r["courier"]["per_s"],
@@ -129,7 +145,7 @@ def fairness_rows(r: Json) -> list[Row]:
     return rows
 
 
-ROWS = {"admission": admission_rows, "delivery": delivery_rows,
+ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
         "fairness": fairness_rows}
 

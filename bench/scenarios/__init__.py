@@ -6,12 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.context import Context
-from bench.scenarios import admission, delivery, end_to_end, fairness, scale, search
+from bench.scenarios import admission, delivery, end_to_end, fairness, scale, search, stack
 
 Scenario = Callable[[Context], dict[str, Any]]
 
 SCENARIOS: dict[str, Scenario] = {
     "admission": admission.run,
+    "stack": stack.run,
     "delivery": delivery.run,
     "end_to_end": end_to_end.run,
     "scale": scale.run,
