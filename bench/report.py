@@ -135,7 +135,8 @@ def fairness_rows(r: Json) -> list[Row]:
     quiet = r["quiet"]["p99_ms"]
     base = f"B alone @{r['rate_per_s']:g}/s"
     rows = [_row("fairness", "B send->inbox p99 ms, alone", quiet)]
-    for key, label in (("shared", "shared queue"), ("lane", "A on a lane")):
+    for key, label in (("live", "live, through the API"), ("shared", "backlog, shared queue"),
+                       ("lane", "backlog, A on a lane")):
         f = r[key]
         rows += [
             _row("fairness", f"B p99 ms during A's {r['flood']:,} flood, {label}",

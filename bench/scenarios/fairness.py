@@ -2,24 +2,32 @@
 
 Project B sends at a fixed rate (open loop) throughout. First alone: its
 send -> inbox p99 with no flood is the baseline. Then project A admits a flood
-of inbox messages as fast as it can (closed loop) while B goes on; B's p99 over
-the messages it sent during A's drain (A's first send to A's last delivery)
-is set beside the baseline, with A's drain time. Then the same with A on a
-lane of its own, served by a worker of its own. Every message of A and B must
-be delivered exactly once, or the run is void.
+of inbox messages as fast as it can (closed loop) while B goes on, three ways:
+
+- live: the worker runs all along, so A's flood is delivered as fast as it is
+  admitted (no backlog forms: delivery outruns admission); B's p99 from A's
+  first send to A's last delivery. This measures the API and CPU A takes.
+- shared: no worker while A admits, so A's whole flood waits on the shared
+  queue; then the worker starts. B's p99 over what B sent during A's drain
+  (worker ready to A's last delivery): what a backlog costs another project.
+- lane: A is on a lane of its own, its worker started only after A's flood is
+  admitted; B's worker runs all along.
+
+Every message of A and B must be delivered exactly once, or the run is void.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadResult, LoadSpec, Request
 from bench.population import Population, populate, ring, ring_sends
-from bench.procs import BenchError, Cluster
+from bench.procs import BenchError, Cluster, Proc
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.client import CourierClient
@@ -48,9 +56,14 @@ def _latencies(sent: list[Admitted], times: dict[str, dict[str, str]],
             for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
 
 
-def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population,
-           what: str) -> dict[str, Any]:
-    """A floods while B trickles, until A's flood is drained."""
+def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, what: str,
+           serve_a: Callable[[], Proc] | None = None) -> dict[str, Any]:
+    """A floods while B trickles, until A's flood is drained.
+
+    With ``serve_a``, nothing serves A's queue while A admits: A's whole flood
+    waits as a backlog, then ``serve_a`` starts its worker and the drain is
+    measured from there. Without it, A's flood is delivered as it is admitted.
+    """
     s = ctx.sizes
     flood: dict[str, LoadResult] = {}
 
@@ -64,23 +77,40 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population,
             done = int(r.hget(keys.stats(a.project_id), "outcome:accepted") or 0)
         return not thread.is_alive() and done >= s.fairness_flood
 
-    thread = threading.Thread(target=send_flood, name="flood")
     b_loads: list[LoadResult] = []
+    b_stop = threading.Event()
+
+    def trickle() -> None:  # B sends all along, window after window
+        while not b_stop.is_set():
+            b_loads.append(_trickle(url, ring_sends(b), ctx, s.fairness_window_s))
+
+    thread = threading.Thread(target=send_flood, name="flood")
+    b_thread = threading.Thread(target=trickle, name="trickle")
+    b_thread.start()
     thread.start()
     deadline = time.monotonic() + s.drain_timeout_s
-    # B sends in windows until A's flood has been admitted and delivered.
+    if serve_a is not None:
+        thread.join()  # A's whole flood is admitted and waits
+        serve_a()
+    drain_start_us = time.time_ns() // 1000
     while not drained():
         if time.monotonic() > deadline:
+            b_stop.set()
             raise BenchError(f"{what}: A's flood was not drained in {s.drain_timeout_s:g} s")
-        b_loads.append(_trickle(url, ring_sends(b), ctx, s.fairness_window_s))
+        time.sleep(0.05)
+    # B's figure covers at least two windows after the drain started.
+    time.sleep(max(0.0, drain_start_us / 1e6 + 2 * s.fairness_window_s - time.time()))
+    b_stop.set()
+    b_thread.join()
     thread.join()
     a_sent = admitted(flood["a"], f"{what}: A")
     a_times = _recorded(c, a, a_sent, ctx, f"{what}: A")
     drain_end_us = max(int(t["provider_result_recorded_us"]) for t in a_times.values())
     b_sent = [m for load in b_loads for m in admitted(load, f"{what}: B")]
     b_times = _recorded(c, b, b_sent, ctx, f"{what}: B")
-    start_us = min(m.sent_us for m in a_sent)
-    during = _latencies(b_sent, b_times, start_us, drain_end_us)
+    start_us = drain_start_us if serve_a else min(m.sent_us for m in a_sent)
+    until_us = max(drain_end_us, start_us + int(2 * s.fairness_window_s * 1e6))
+    during = _latencies(b_sent, b_times, start_us, until_us)
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
     return {"b": latency(during), "b_sent_during": len(during),
@@ -89,32 +119,44 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population,
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    """B alone; A's flood on the shared queue; A's flood on a lane with its own worker."""
+    """B alone; A's flood on the shared queue, live and as a backlog; A's backlog on a lane."""
     s = ctx.sizes
     with ctx.cluster("fairness") as c:
         _, url = c.start_http()
-        c.start_worker()
+        worker = [c.start_worker()]
         b = populate(url, c.operator_token, ["B0", "B1"])
         ctx.say(f"fairness: B alone at {s.fairness_rate_per_s:g}/s for {s.fairness_quiet_s:g} s")
         quiet_load = _trickle(url, ring_sends(b), ctx, s.fairness_quiet_s)
         quiet_sent = admitted(quiet_load, "fairness: B alone")
         quiet = latency(_latencies(quiet_sent, _recorded(c, b, quiet_sent, ctx, "B alone")))
 
-        ctx.say(f"fairness: A floods {s.fairness_flood:,} on the shared queue, B trickles")
-        shared = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "shared")
+        ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
+        live = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "live")
 
-        ctx.say(f"fairness: A floods {s.fairness_flood:,} on lane {LANE}, its own worker")
+        ctx.say(f"fairness: A's {s.fairness_flood:,} wait on the shared queue, then drain")
+        c.stop(worker.pop())
+
+        def serve_shared() -> Proc:
+            worker.append(c.start_worker())
+            return worker[-1]
+
+        shared = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "shared",
+                        serve_shared)
+        # B's worker stays up: only A's lane waits.
+        ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, then its own worker")
         a = populate(url, c.operator_token, ring())
         with CourierClient(url, c.operator_token) as op:
             op.set_lane(a.project_id, LANE)
-        c.start_worker(queues=f"deliver.inbox.{LANE}")
-        laned = _flood(ctx, c, url, a, b, "lane")
+        laned = _flood(ctx, c, url, a, b, "lane",
+                       lambda: c.start_worker(queues=f"deliver.inbox.{LANE}"))
     return {
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
         "quiet": quiet,
+        "live": live,
         "shared": shared,
         "lane": laned,
+        "live_p99_ratio": round(ratio(live["b"]["p99_ms"], quiet["p99_ms"]), 3),
         "shared_p99_ratio": round(ratio(shared["b"]["p99_ms"], quiet["p99_ms"]), 3),
         "lane_p99_ratio": round(ratio(laned["b"]["p99_ms"], quiet["p99_ms"]), 3),
     }
