@@ -38,6 +38,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from messaging.config import EMBEDDED_URL_FILE, STORE_PASSWORD_FILE, get_settings
+from messaging.runtime.children import stop_signals
 from messaging.store import connect
 
 STORE_SUBDIR = "store"
@@ -308,8 +309,6 @@ def store_password(data_dir: Path) -> str:
 
 def main() -> int:
     """Run the embedded store from the settings until SIGINT or SIGTERM."""
-    from messaging.runtime.supervisor import stop_signals  # the supervisor imports this module
-
     settings = get_settings()
     with stop_signals() as stopping:
         if not settings.embedded:
