@@ -85,28 +85,40 @@ def _main(
 def up(
     log_tasks: Annotated[bool, typer.Option(
         "--log-tasks", help="a log line per task and per request (COURIER_LOG_TASKS)")] = False,
+    lane: Annotated[str | None, typer.Option(
+        "--lane", metavar="NAME",
+        help="only delivery workers for lane NAME (queues deliver.<transport>.NAME), against "
+             "the configured store and broker: no store, API, beat or Flower; for another "
+             "machine, or beside a running `courier up`")] = None,
 ) -> None:
-    """Run the Procfile: store (embedded unless COURIER_REDIS_URL), API, workers, beat, Flower."""
-    from messaging.runtime.supervisor import run_up
+    """Run the Procfile: store (embedded unless COURIER_REDIS_URL), API, workers, beat, Flower.
+
+    The workers are one Celery worker per installed transport.
+    """
+    from messaging.runtime.supervisor import run_lane, run_up
 
     settings = get_settings()
     if log_tasks:
         settings = settings.model_copy(update={"log_tasks": True})
-    raise typer.Exit(run_up(settings))
+    raise typer.Exit(run_up(settings) if lane is None else run_lane(settings, lane))
 
 
 @app.command("run")
 def run_process(
-    name: Annotated[str, typer.Argument(help="a process of the Procfile: api, beat, flower, ...")],
+    name: Annotated[str, typer.Argument(
+        help="a process of the Procfile (api, workers, beat, flower, ...), or worker-<transport> "
+             "for one transport's worker")],
 ) -> None:
     """Run one process of the Procfile in the foreground (what each container runs)."""
-    from messaging.runtime import procfile
+    from messaging.runtime import procfile, workerpool
 
     try:
-        procfile.exec_process(name)
+        if name in procfile.read():
+            procfile.exec_process(name)
+        workerpool.exec_worker(name)
     except KeyError:
         _fail(f"no process {name!r} in the Procfile; there are: "
-              + ", ".join(procfile.read()))
+              + ", ".join([*procfile.read(), *workerpool.commands()]))
 
 
 def _operator_token(token: str | None) -> tuple[str, str]:
@@ -600,7 +612,8 @@ def lane(
     backlog = ", ".join(f"{kind} {n}" for kind, n in p["backlog"].items())
     if p["lane"]:
         out.print(f"project {project_id} is on lane {p['lane']} (waiting: {backlog})")
-        out.print(f"serve it: celery -A workers.app worker -E -Q deliver.inbox.{p['lane']}")
+        out.print(f"serve it: courier up --lane {p['lane']}  (its workers, on any machine "
+                  "that reaches the store and broker)")
     else:
         out.print(f"project {project_id} is on the shared queues (waiting: {backlog})")
 

@@ -2,52 +2,55 @@
 
 Order of things: the Procfile's ``store`` starts first and must answer (with
 ``COURIER_REDIS_URL`` set it is not run: the configured store must answer),
-then every other process of the Procfile, each in a session of its own so that
-a Ctrl-C reaches only this supervisor, which then stops the children (SIGTERM,
-a grace period, SIGKILL) and the store last. Children's output comes back line
-by line, prefixed with their name. If any child or the store exits on its own,
-all the rest are stopped and ``run_up`` returns 1, naming the one that died.
+then every other process of the Procfile, the ``workers`` line as one worker
+per installed transport (``workerpool``'s commands, each child named and
+prefixed on its own). Children run as ``children`` runs them; the store stops
+last. If any child or the store exits on its own, all the rest are stopped
+and ``run_up`` returns 1, naming the one that died.
+
+``courier up --lane NAME`` (``run_lane``) runs only one lane's workers against
+the configured store and broker: no store of its own, no API, no beat, no
+Flower; for another machine, or beside a running ``courier up``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from types import FrameType
-from typing import IO, cast
 
 import redis
 
 from messaging.config import Settings, SettingsError
-from messaging.runtime import procfile
+from messaging.runtime import children, procfile, workerpool
+from messaging.runtime.children import Child, Output
 from messaging.runtime.embedded import wait_ready
 from messaging.store.connect import StoreUrlError
+from messaging.store.deliveries import DeliveryStore
 
 API_APP = "messaging.web.app:app"
-CELERY_APP = "workers.app"
+CELERY_APP = workerpool.CELERY_APP
+# The Procfile line that stands for one worker per installed transport.
+WORKERS = "workers"
 STORE_START_TIMEOUT_S = 10.0
 # How long one readiness probe of a starting store waits before checking the child.
 STORE_PROBE_S = 0.5
-# A worker's warm shutdown waits for running tasks, and a webhook may take its timeout.
-CHILD_STOP_TIMEOUT_S = 15.0
-WATCH_INTERVAL_S = 0.2
-READER_JOIN_TIMEOUT_S = 1.0
 SUPERVISOR_NAME = "courier"
-COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")
 
 
 def process_table(settings: Settings) -> dict[str, list[str]]:
-    """The Procfile's processes but the store, as run in the children's environment."""
+    """The Procfile's processes but the store, as run in the children's environment.
+
+    The ``workers`` line becomes ``worker-<kind>`` for every installed transport.
+    """
     table = procfile.commands(child_env(settings))
     table.pop(procfile.STORE, None)
-    return table
+    expanded: dict[str, list[str]] = {}
+    for name, command in table.items():
+        if name == WORKERS:
+            expanded.update(workerpool.commands())
+        else:
+            expanded[name] = command
+    return expanded
 
 
 def child_env(settings: Settings) -> dict[str, str]:
@@ -60,100 +63,72 @@ def child_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-@contextmanager
-def stop_signals() -> Iterator[threading.Event]:
-    """An event that SIGINT and SIGTERM set while inside; the old handlers come back after."""
-    stopping = threading.Event()
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stopping
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-class Output:
-    """Writes lines to stdout, each prefixed with the name of the process it came from."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        names = list(names)
-        self._width = max(map(len, names))
-        self._colors = {name: COLORS[i % len(COLORS)] for i, name in enumerate(names)}
-        self._tty = sys.stdout.isatty()
-        self._lock = threading.Lock()
-
-    def line(self, name: str, text: str) -> None:
-        """Write one line for ``name``."""
-        prefix = f"{name:<{self._width}} | "
-        if self._tty:
-            prefix = f"\033[{self._colors.get(name, '0')}m{prefix}\033[0m"
-        with self._lock:
-            sys.stdout.write(prefix + text + "\n")
-            sys.stdout.flush()
-
-    def pump(self, name: str, stream: IO[bytes]) -> None:
-        """Copy ``stream`` line by line until it closes."""
-        with stream:
-            for raw in iter(stream.readline, b""):
-                self.line(name, raw.decode(errors="replace").rstrip("\r\n"))
-
-
-@dataclass
-class Child:
-    """One running process of the table, and the thread copying its output."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    reader: threading.Thread
-
-
-def spawn(name: str, command: list[str], env: dict[str, str], out: Output) -> Child:
-    """Start ``command`` in a session of its own, its stdout and stderr going to ``out``."""
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    stream = cast(IO[bytes], proc.stdout)  # not None: stdout=PIPE
-    reader = threading.Thread(target=out.pump, args=(name, stream), daemon=True)
-    reader.start()
-    return Child(name, proc, reader)
-
-
 def run_up(settings: Settings) -> int:
     """Run the store and every process until Ctrl-C or SIGTERM (0) or one of them dies (1)."""
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
     env = child_env(settings)
-    table = procfile.commands(env)
-    store_command = table.pop(procfile.STORE, None)
+    table = process_table(settings)
+    store_command = procfile.commands(env).get(procfile.STORE)
     out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
+    if not _broker_usable(settings, out):
+        return 2
+    store: Child | None = None
+    with children.stop_signals() as stopping:
+        try:
+            if settings.embedded and store_command:
+                store = children.spawn(procfile.STORE, store_command, env, out)
+            if not _store_ready(store, settings, out):
+                return 1
+            _announce(settings, out)
+            return children.supervise(table, env, out, stopping, SUPERVISOR_NAME,
+                                      watched=[store] if store else [])
+        finally:
+            if store is not None:  # last: the others may still write to it
+                children.stop([store], out, SUPERVISOR_NAME)
+
+
+def run_lane(settings: Settings, lane: str) -> int:
+    """Run one lane's workers until Ctrl-C or SIGTERM (0) or one of them dies (1).
+
+    Returns 2 before starting anything when the lane name or the broker is
+    unusable, 1 when the configured store does not answer.
+    """
+    settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    try:
+        table = workerpool.commands(workerpool.check_lane(lane))
+    except workerpool.LaneNameError as exc:
+        Output([SUPERVISOR_NAME]).line(SUPERVISOR_NAME, f"cannot start: {exc}")
+        return 2
+    out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
+    if not _broker_usable(settings, out):
+        return 2
+    if not _store_ready(None, settings, out):
+        out.line(SUPERVISOR_NAME, "lane workers serve the store of a running Courier: set "
+                                  "COURIER_REDIS_URL (and COURIER_BROKER_URL if it has one), "
+                                  "or run `courier up` first")
+        return 1
+    store = DeliveryStore.from_url(settings.store_url)
+    try:
+        known = store.lanes()
+    finally:
+        store.client.close()
+    if lane not in known:
+        out.line(SUPERVISOR_NAME, f"no project is on lane {lane} yet (lanes: "
+                                  f"{', '.join(known) or 'none'}); its workers wait for one")
+    out.line(SUPERVISOR_NAME, "lane workers for " + ", ".join(
+        argv[argv.index("-Q") + 1] for argv in table.values()))
+    with children.stop_signals() as stopping:
+        return children.supervise(table, child_env(settings), out, stopping, SUPERVISOR_NAME)
+
+
+def _broker_usable(settings: Settings, out: Output) -> bool:
+    """False, said in one line, when these settings give no broker to use."""
     try:
         settings.celery_broker_url  # noqa: B018 - raises when no broker can be used
     except SettingsError as exc:
         out.line(SUPERVISOR_NAME, f"cannot start: {exc}")
-        return 2
-    store: Child | None = None
-    children: list[Child] = []
-    with stop_signals() as stopping:
-        try:
-            if settings.embedded and store_command:
-                store = spawn(procfile.STORE, store_command, env, out)
-            if not _store_ready(store, settings, out):
-                return 1
-            _announce(settings, out)
-            children = [spawn(name, command, env, out) for name, command in table.items()]
-            return _watch([*children, *([store] if store else [])], stopping, out)
-        finally:
-            _stop_children(children, out)
-            if store is not None:
-                _stop_children([store], out)  # last: the others may still write to it
+        return False
+    return True
 
 
 def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
@@ -190,39 +165,6 @@ def _announce(settings: Settings, out: Output) -> None:
         out.line(SUPERVISOR_NAME, f"operator token: in {token_path}")
     else:
         out.line(SUPERVISOR_NAME, f"operator token: {token} (new, kept in {token_path})")
-
-
-def _watch(children: list[Child], stopping: threading.Event, out: Output) -> int:
-    """Wait for a stop signal (0) or for a child to exit on its own (1)."""
-    while not stopping.wait(WATCH_INTERVAL_S):
-        for child in children:
-            code = child.proc.poll()
-            if code is not None:
-                out.line(
-                    SUPERVISOR_NAME,
-                    f"{child.name} exited unexpectedly (code {code}); stopping everything",
-                )
-                return 1
-    out.line(SUPERVISOR_NAME, "stopping")
-    return 0
-
-
-def _stop_children(children: list[Child], out: Output) -> None:
-    """SIGTERM every child, wait the grace period, then SIGKILL the sessions still running."""
-    for child in children:
-        if child.proc.poll() is None:
-            child.proc.terminate()
-    deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
-    for child in children:
-        try:
-            child.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            out.line(SUPERVISOR_NAME, f"{child.name} did not stop in time; killing it")
-            # The whole session, so that no pool process outlives its master.
-            os.killpg(child.proc.pid, signal.SIGKILL)
-            child.proc.wait()
-    for child in children:
-        child.reader.join(READER_JOIN_TIMEOUT_S)
 
 
 def _http_url(host: str, port: int) -> str:

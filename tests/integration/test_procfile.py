@@ -74,7 +74,10 @@ def test_honcho_runs_the_procfile_with_an_external_store(tmp_path: Path):
         workers = wait_until(
             lambda: httpx.get(flower + "/api/workers?refresh=1", auth=auth, timeout=10).json(), 30,
             what="Flower's API listing the workers")
-        assert any(name.startswith("inbox@") for name in workers), workers
+        # The Procfile's `workers` line: one worker per installed transport.
+        names = {name.partition("@")[0] for name in workers}
+        assert {"inbox", "webhook"} <= names, workers
+        assert "workers.1 | worker-webhook | " in log.read_text(errors="replace"), shown()
 
         assert honcho.poll() is None, shown()
         assert "store.1 | store: COURIER_REDIS_URL is set, the store runs elsewhere; idle" in (

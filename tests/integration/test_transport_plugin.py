@@ -9,8 +9,14 @@ worker on a real store and checks what is recorded.
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messaging.client import CourierAPIError
+from messaging.client import CourierAPIError, CourierClient
+from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import keys
 from tests.plugins.echo import echo_installed
 from tests.receiver import Receiver
@@ -215,3 +222,58 @@ def test_flower_shows_the_installed_transport_its_queue_and_what_each_task_did(
     # The sweeper ran every half second all along, and sent Flower nothing.
     every = httpx.get(flower + "/api/tasks", timeout=5).json().values()
     assert not [t for t in every if t.get("name") == "courier.sweep"]
+
+
+@pytest.mark.timeout(240)
+def test_courier_up_starts_a_worker_for_the_installed_transport(
+        echo_stack: Stack, receiver: Receiver, tmp_path: Path):
+    """No line of Courier names echo: `courier up` finds it and runs its worker."""
+    assert echo_stack.api_url  # courier-echo is installed while this module's stack runs
+    store = EmbeddedStore(tmp_path / "store", port=free_port())
+    store.start()
+    api_port = free_port()
+    token = "cop_" + secrets.token_urlsafe(16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    env.update({"COURIER_REDIS_URL": store.url, "COURIER_DATA_DIR": str(tmp_path / "data"),
+                "COURIER_PORT": str(api_port), "COURIER_FLOWER_PORT": str(free_port()),
+                "COURIER_OPERATOR_TOKEN": token})
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen([sys.executable, "-m", "messaging.cli", "up"], env=env,
+                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    api = f"http://127.0.0.1:{api_port}"
+
+    def said() -> str:
+        return log.read_text(errors="replace")
+
+    def ready() -> bool:
+        assert up.poll() is None, said()[-4000:]
+        return "echo@" in said() and said().count(" ready.") >= 3
+
+    try:
+        wait_until(ready, 90, 0.2, "courier up's workers")
+        echo_lines = [line for line in said().splitlines() if line.startswith("worker-echo")]
+        assert any("exchange=deliver.echo(direct)" in line for line in echo_lines), said()
+        with CourierClient(api, token) as op:
+            p = op.create_project(f"/srv/up-{uuid.uuid4().hex}")
+        path = f"/{uuid.uuid4().hex}"
+        with CourierClient(api, p["token"]) as admin:
+            alice = admin.register_agent(p["project_id"], "Alice")
+            admin.register_agent(p["project_id"], "Echo",
+                                 {"kind": "echo", "url": receiver.url(path)})
+            with CourierClient(api, alice["token"]) as a:
+                [o] = a.send(["Echo"], "Hi", "# via courier up\n")["delivery"]["observations"]
+            d = wait_until(lambda: (got := admin.delivery(o["delivery_id"]))["outcome"] and got,
+                           60, 0.2, "the echo delivery by courier up's echo worker")
+        assert d["outcome"] == "accepted" and receiver.count(path) == 1
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGTERM)
+        try:
+            code = up.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            raise
+        finally:
+            store.stop()
+    assert code == 0, said()[-4000:]

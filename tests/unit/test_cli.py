@@ -58,6 +58,16 @@ def test_run_names_the_procfile_processes_when_asked_for_an_unknown_one() -> Non
     done = runner.invoke(app, ["run", "nope"])
     assert done.exit_code == 1
     assert "no process 'nope'" in done.output and "api" in done.output
+    assert "workers" in done.output and "worker-webhook" in done.output
+
+
+def test_up_lane_is_in_the_help_and_a_bad_lane_name_starts_nothing(tmp_path: Path) -> None:
+    helped = runner.invoke(app, ["up", "--help"], env={"COLUMNS": "200"})
+    assert "--lane" in helped.output and "deliver.<transport>.NAME" in helped.output
+    done = runner.invoke(app, ["up", "--lane", "Not_A_Lane"])
+    assert done.exit_code == 2
+    assert "bad lane name 'Not_A_Lane'" in done.output
+    assert list(tmp_path.iterdir()) == []  # no store, no data dir
 
 
 def test_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from messaging.config import Settings
-from messaging.runtime import procfile
+from messaging.runtime import procfile, workerpool
 from messaging.runtime.supervisor import child_env, process_table
+from workers import transports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,14 @@ def test_other_shell_syntax_is_refused_rather_than_run_differently(line: str) ->
 def test_courier_up_runs_every_process_but_the_store_from_the_procfile(tmp_path: Path) -> None:
     settings = Settings(host="0.0.0.0", port=9911, flower_port=5611, data_dir=tmp_path)
     table = process_table(settings)
-    assert list(table) == [name for name in procfile.read() if name != procfile.STORE]
+    kinds = list(transports.installed())
+    expected: list[str] = []
+    for name in procfile.read():
+        if name == "workers":
+            expected += [f"worker-{kind}" for kind in kinds]
+        elif name != procfile.STORE:
+            expected.append(name)
+    assert list(table) == expected and {"worker-inbox", "worker-webhook"} <= set(table)
     assert table["api"][-4:] == ["--host", "0.0.0.0", "--port", "9911"]
     assert str(tmp_path / "celerybeat-schedule") in table["beat"]
     assert "--port=5611" in table["flower"]
@@ -53,3 +61,36 @@ def test_children_get_every_set_setting(tmp_path: Path, monkeypatch: pytest.Monk
     assert env["COURIER_REDIS_URL"] == "redis://db:6379/0"
     assert env["COURIER_DATA_DIR"] == str(tmp_path)
     assert "COURIER_OPERATOR_TOKEN" not in env
+
+
+def test_the_workers_line_is_one_worker_per_installed_transport_with_its_own_options() -> None:
+    table = workerpool.commands()
+    assert set(table) == {f"worker-{kind}" for kind in transports.installed()}
+    for kind, cls in transports.installed().items():
+        argv = table[f"worker-{kind}"]
+        assert argv[:6] == [sys.executable, "-m", "celery", "-A", "workers.app", "worker"]
+        assert "-E" in argv
+        assert argv[argv.index("-n") + 1] == f"{kind}@%h"
+        assert argv[argv.index("-c") + 1] == str(cls.worker_concurrency)
+        assert argv[argv.index("--prefetch-multiplier") + 1] == str(cls.prefetch_multiplier)
+        assert argv[argv.index("--loglevel") + 1] == "INFO"
+    queues = {name: argv[argv.index("-Q") + 1] for name, argv in table.items()}
+    assert queues["worker-inbox"] == "deliver.inbox,courier.sweep"
+    assert queues["worker-webhook"] == "deliver.webhook"
+    assert sum("courier.sweep" in q for q in queues.values()) == 1
+
+
+def test_a_lanes_workers_serve_only_its_queues_under_names_of_their_own() -> None:
+    table = workerpool.commands("bulk-2")
+    queues = {name: argv[argv.index("-Q") + 1] for name, argv in table.items()}
+    assert queues == {f"worker-{kind}": f"deliver.{kind}.bulk-2"
+                      for kind in transports.installed()}
+    assert table["worker-webhook"][table["worker-webhook"].index("-n") + 1] == (
+        "webhook.bulk-2@%h")
+
+
+@pytest.mark.parametrize("name", ["", "Bulk", "a" * 33, "x_y", "a.b", "a b"])
+def test_a_lane_name_courier_would_refuse_is_refused_by_name(name: str) -> None:
+    with pytest.raises(workerpool.LaneNameError, match="bad lane name"):
+        workerpool.check_lane(name)
+    assert workerpool.check_lane("a" * 32) == "a" * 32

@@ -110,6 +110,10 @@ class Transport(ABC):
     # then may a delivery whose worker died be finished by another worker.
     idempotent: ClassVar[bool] = False
     wants_message: ClassVar[bool] = True
+    # The transport's Celery worker (``courier up``, the Procfile's ``workers``):
+    # processes, and tickets each reserves ahead (1: a slow task holds no other back).
+    worker_concurrency: ClassVar[int] = 2
+    prefetch_multiplier: ClassVar[int] = 1
 
     def __init__(self, settings: Settings) -> None:
         self.courier = settings
