@@ -7,6 +7,7 @@ transports' declarations (``workers.transports``), read without starting them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kombu.entity import Exchange, Queue
@@ -46,6 +47,14 @@ def transport_kinds() -> list[str]:
 def delivery_queues() -> list[str]:
     """The shared delivery queue of every installed transport."""
     return [cls.queue() for cls in transports.installed().values()]
+
+
+def courier_queues(lanes: Iterable[str]) -> list[str]:
+    """Every delivery queue, those of the given lanes included, and the sweeper's."""
+    names = delivery_queues()
+    for lane in lanes:
+        names += [queue_for(kind, lane) for kind in transport_kinds()]
+    return [*names, SWEEP_QUEUE]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -3,17 +3,35 @@
 Its pages and its HTTP API both ask for HTTP basic auth, user ``operator``,
 password the operator token. The credentials go to Flower in its environment
 (``FLOWER_BASIC_AUTH``), never on a command line that ``ps`` would show.
+
+Flower lists (on its broker page and in ``/api/queues/length``) the queues
+that running workers consume, or the app's configured queues when no worker
+runs: a lane whose workers are not running would be missing exactly while its
+mail piles up. So Flower runs in this process, and its one source of queue
+names (``BaseHandler.get_active_queue_names``) also gets every Courier queue
+the store knows, read at each request: lanes created after Flower started
+appear with their first project.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from messaging.config import get_settings
+from messaging.config import Settings, get_settings
+from messaging.runtime.celeryconf import courier_queues
+from messaging.store import connect
+from messaging.store.deliveries import DeliveryStore
 
 USER = "operator"
 CELERY_APP = "workers.app"
+# Flower answers from one event loop: a store that does not answer must not hold it long.
+STORE_TIMEOUT_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def flower_env(token: str) -> dict[str, str]:
@@ -21,11 +39,36 @@ def flower_env(token: str) -> dict[str, str]:
     return {**os.environ, "FLOWER_BASIC_AUTH": f"{USER}:{token}"}
 
 
+def lane_aware(flowers: Callable[[Any], list[str]],
+               settings: Settings) -> Callable[[Any], list[str]]:
+    """Flower's queue-name method, joined by every Courier queue, lanes' included."""
+    stores: list[DeliveryStore] = []
+
+    def names(handler: Any) -> list[str]:
+        known = set(flowers(handler))
+        try:
+            if not stores:
+                stores.append(DeliveryStore(connect.sync_client(
+                    settings.store_url, socket_timeout=STORE_TIMEOUT_S,
+                    socket_connect_timeout=STORE_TIMEOUT_S)))
+            known.update(courier_queues(stores[0].lanes()))
+        except connect.STORE_DOWN as exc:
+            log.warning("lane queues not listed: the store does not answer (%s)", exc)
+        return sorted(known)
+
+    return names
+
+
 def main() -> None:
-    """Replace this process with Flower, the operator token guarding it."""
-    token = get_settings().resolve_operator_token()
-    command = [sys.executable, "-m", "celery", "-A", CELERY_APP, "flower", *sys.argv[1:]]
-    os.execve(sys.executable, command, flower_env(token))
+    """Run Flower in this process, the operator token guarding it, every lane queue listed."""
+    from celery.bin.celery import main as celery_main
+    from flower.views import BaseHandler
+
+    settings = get_settings()
+    os.environ.update(flower_env(settings.resolve_operator_token()))
+    BaseHandler.get_active_queue_names = lane_aware(BaseHandler.get_active_queue_names, settings)
+    sys.argv = ["celery", "-A", CELERY_APP, "flower", *sys.argv[1:]]
+    sys.exit(celery_main())
 
 
 if __name__ == "__main__":

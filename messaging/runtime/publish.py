@@ -35,7 +35,7 @@ from messaging.runtime.celeryconf import (
     DELIVER_TASK,
     batch_size,
     celery_config,
-    delivery_queues,
+    courier_queues,
     queue_for,
     transport_kinds,
 )
@@ -118,11 +118,7 @@ class Publisher:
 
     def queue_names(self) -> list[str]:
         """Every delivery queue, lanes' included, and the sweeper's."""
-        names = delivery_queues()
-        for lane in self.store.lanes():
-            names += [queue_for(t, lane) for t in transport_kinds()]
-        return [*names, *(q.name for q in self.app.conf.task_queues
-                          if q.name not in names)]
+        return courier_queues(self.store.lanes())
 
     def queue_depths(self) -> dict[str, int]:
         """Tasks waiting in each Courier queue (Redis and AMQP brokers alike).

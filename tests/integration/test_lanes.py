@@ -1,24 +1,28 @@
 """Lanes: a busy project's deliveries on queues of its own, served by workers of its own.
 
-A lane with no worker holds its project's mail (visible in GET /v1/projects/{id}
-and /metrics) while other projects' mail flows on the shared queues; a lane
-worker drains it; moving the project back takes its waiting mail along.
+A lane with no worker holds its project's mail (visible in GET /v1/projects/{id},
+/metrics and Flower) while other projects' mail flows on the shared queues; a lane
+worker (`courier up --lane NAME`) drains it; moving the project back takes its
+waiting mail along.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from messaging.client import CourierAPIError
 from tests.integration.conftest import Agent, Project
-from tests.stack import Stack, make_stack, wait_until
+from tests.stack import Proc, Stack, free_port, make_stack, wait_until
+from workers import transports
 
 LANE = "busy-1"
 
@@ -137,7 +141,107 @@ def test_courier_lane_command_moves_a_project(lanes: Stack):
         return done.stdout
 
     said = courier("lane", proj.project_id, "cli-lane")
-    assert "on lane cli-lane" in said and "-Q deliver.inbox.cli-lane" in said
+    assert "on lane cli-lane" in said and "courier up --lane cli-lane" in said
     assert proj.admin.project(proj.project_id)["lane"] == "cli-lane"
     assert "shared queues" in courier("lane", proj.project_id, "--off")
     assert proj.admin.project(proj.project_id)["lane"] is None
+
+
+@pytest.fixture
+def flower(lanes: Stack) -> Iterator[tuple[str, tuple[str, str]]]:
+    """Courier's Flower (``messaging.runtime.flower``) on the stack; its URL and credentials."""
+    port = free_port()
+    proc = lanes.spawn("flower", ["-m", "messaging.runtime.flower", f"--port={port}",
+                                  "--address=127.0.0.1"])
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if not proc.alive():
+            raise AssertionError(f"flower died:\n{proc.tail()}")
+        try:
+            return httpx.get(url + "/healthcheck", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, 30, 0.2, "flower")
+    yield url, ("operator", lanes.operator_token)
+    proc.stop()
+
+
+def lane_workers(stack: Stack, lane: str) -> Proc:
+    """`courier up --lane NAME` against the stack's store; once each of its workers is ready."""
+    proc = stack.spawn("lane", ["-m", "messaging.cli", "up", "--lane", lane])
+
+    def ready() -> bool:
+        if not proc.alive():
+            raise AssertionError(f"courier up --lane died:\n{proc.tail()}")
+        return proc.log.read_text(errors="replace").count(" ready.") == len(
+            transports.installed())
+
+    wait_until(ready, 60, 0.2, "the lane's workers")
+    return proc
+
+
+def test_flower_lists_a_lane_queue_without_a_worker_and_courier_up_lane_drains_it(
+        lanes: Stack, flower: tuple[str, tuple[str, str]]):
+    url, auth = flower
+    lane = f"fl-{uuid.uuid4().hex[:8]}"  # made after Flower started
+
+    def flower_queues() -> dict[str, int]:
+        got = httpx.get(url + "/api/queues/length", auth=auth, timeout=10)
+        assert got.status_code == 200, got.text
+        return {q["name"]: q["messages"] for q in got.json()["active_queues"]}
+
+    def workers() -> dict[str, Any]:
+        got: dict[str, Any] = httpx.get(url + "/api/workers?refresh=1", auth=auth,
+                                        timeout=10).json()
+        return got
+
+    # Flower knows a running worker: its own list is that worker's queues alone.
+    wait_until(workers, 30, 0.5, "Flower to see the shared worker")
+    busy, alice, _ = new_project(lanes)
+    other, carol, _ = new_project(lanes)
+    with lanes.operator() as op:
+        op.set_lane(busy.project_id, lane)
+    held = send(alice, 3)
+    flowing = send(carol, 2)
+    wait_until(lambda: outcomes(carol, flowing) == ["accepted"] * 2,
+               what="the other project's mail on the shared queue")
+    queue = f"deliver.inbox.{lane}"
+    waiting = wait_until(lambda: flower_queues().get(queue), 20, 0.2,
+                         f"Flower to list {queue} with its tickets")
+    assert waiting >= 1
+    assert outcomes(alice, held) == [None] * 3
+    assert f"deliver.webhook.{lane}" in flower_queues()
+    broker = httpx.get(url + "/broker", auth=auth, timeout=10)
+    assert broker.status_code == 200 and queue in broker.text
+    assert not any(queue in str(w.get("active_queues")) for w in workers().values())
+
+    worker = lane_workers(lanes, lane)
+    wait_until(lambda: outcomes(alice, held) == ["accepted"] * 3, what="the lane's workers")
+    said = worker.log.read_text(errors="replace")
+    assert f"inbox.{lane}@" in said and f"webhook.{lane}@" in said
+    assert f"exchange=deliver.inbox.{lane}(direct)" in said
+    assert "exchange=courier.sweep" not in said  # the sweeper stays with the shared workers
+    wait_until(lambda: flower_queues()[queue] == 0, 20, 0.2, f"{queue} drained in Flower")
+    served = wait_until(
+        lambda: [n for n, w in workers().items() if queue in str(w.get("active_queues"))],
+        30, 0.5, "Flower to see the lane's worker")
+    assert [n.partition("@")[0] for n in served] == [f"inbox.{lane}"]
+
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.popen.wait(30) == 0, worker.tail()
+    assert "stopping" in worker.log.read_text(errors="replace")
+
+
+def test_courier_up_lane_refuses_a_bad_lane_name_and_an_unreachable_store(lanes: Stack):
+    env = {**lanes.env}
+    bad = subprocess.run([sys.executable, "-m", "messaging.cli", "up", "--lane", "Bad_Name"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "bad lane name 'Bad_Name'" in bad.stdout, bad
+    env["COURIER_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    down = subprocess.run([sys.executable, "-m", "messaging.cli", "up", "--lane", "ok"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 1, down
+    assert "did not answer" in down.stdout and "set COURIER_REDIS_URL" in down.stdout, down
+    assert " ready." not in down.stdout
