@@ -10,6 +10,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from messaging import ids
 from messaging.config import Settings
 from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found, unauthenticated
@@ -237,7 +239,8 @@ async def send(
         "delivery_ids": [ids.new_delivery_id(project_id) for _ in recipients],
         "has_bcc": bool(body.bcc),
     }
-    message_json = json.dumps(message, ensure_ascii=False)
+    # Compact UTF-8: every stored byte is kept for the message's lifetime.
+    message_json = orjson.dumps(message).decode()
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
     status = answer["status"]
     if status == "ok":

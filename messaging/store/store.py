@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import redis.exceptions
 
 from messaging import ids
@@ -241,9 +242,9 @@ class Store:
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
         raw = await self.scripts.admit_message(
-            keys=script_keys, args=[json.dumps(args), message_json]
+            keys=script_keys, args=[orjson.dumps(args), message_json]
         )
-        answer: Json = json.loads(raw)
+        answer: Json = orjson.loads(raw)
         return answer
 
     async def get_message(self, project_id: str, message_id: str) -> Json | None:
