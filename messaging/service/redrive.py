@@ -14,6 +14,9 @@ from messaging.timefmt import now_us
 
 REFUSALS = {
     "accepted": "the transport accepted this delivery; it is not sent again",
+    "held": "this delivery is held for its recipient's user: release it instead",
+    "pending": "this delivery waits for the first agent of its name; it is sent when one "
+               "registers",
     "in_flight": "an attempt or retry of this delivery is still under way",
 }
 
@@ -24,7 +27,7 @@ async def redrive(store: Store, dispatcher: Dispatcher, caller: Caller,
 
     Raises:
         CourierError: FORBIDDEN without the project's token; NOT_FOUND;
-            DELIVERY_NOT_REDRIVABLE when accepted or still in flight.
+            DELIVERY_NOT_REDRIVABLE when accepted, held, pending or still in flight.
     """
     project_id = ids.project_of(delivery_id)
     if project_id is None:

@@ -156,3 +156,13 @@ def test_an_mcp_send_says_the_mail_is_held(project: Project):
     sent = asyncio.run(scenario())
     assert sent["delivery"]["observations"][0]["held"] is True
     assert any("held" in w for w in sent["delivery"]["warnings"])
+
+
+def test_held_mail_is_not_redriven_but_released(project: Project):
+    alice, _ = project.agent("Alice"), project.agent("Guarded", inbound="hold")
+    did = send_held(alice, "Guarded")
+    with pytest.raises(CourierAPIError) as e:
+        project.admin.redrive(did)
+    assert e.value.status == 409 and e.value.code == "DELIVERY_NOT_REDRIVABLE"
+    assert e.value.details["reason"] == "held" and "release it" in str(e.value)
+    assert alice.api.delivery(did)["held"] is True

@@ -169,3 +169,14 @@ def test_fifty_sends_racing_the_registration_are_each_bound_exactly_once(project
     inbox = target.api.inbox(limit=500)["messages"]
     assert sorted(m["delivery_id"] for m in inbox) == sorted(dids)
     assert len({m["subject"] for m in inbox}) == 50
+
+
+def test_mail_waiting_for_a_name_is_not_redriven(project: Project):
+    alice = project.agent("Alice")
+    allow(project, "Later")
+    did = alice.api.send("Later", "Soon", "x")["delivery"]["observations"][0]["delivery_id"]
+    with pytest.raises(CourierAPIError) as e:
+        project.admin.redrive(did)
+    assert e.value.status == 409 and e.value.code == "DELIVERY_NOT_REDRIVABLE"
+    assert e.value.details["reason"] == "pending"
+    assert alice.api.delivery(did)["target"] == "pending"

@@ -8,11 +8,15 @@
 --
 -- ARGV[1]  now, ms (decimal string)
 --
--- Returns "ok", or why not: "missing", "accepted", "in_flight".
+-- Returns "ok", or why not: "missing", "accepted", "held" (waiting for its
+-- user's release), "pending" (waiting for its name's first agent), "in_flight".
 
-local d = redis.call("HMGET", KEYS[2], "id", "outcome", "lease_until_ms", "redrive", "attempts")
+local d = redis.call("HMGET", KEYS[2], "id", "outcome", "lease_until_ms", "redrive", "attempts",
+  "held", "target")
 if not d[1] then return "missing" end
 if d[2] == "accepted" then return "accepted" end
+if not d[2] and d[6] == "1" then return "held" end
+if not d[2] and d[7] == "pending" then return "pending" end
 if not d[2] or d[4] == "1" or (d[3] and d[3] ~= "0") then return "in_flight" end
 redis.call("HSET", KEYS[2], "redrive", 1, "retry_at_ms", 0,
   "round_base", #cjson.decode(d[5]))
