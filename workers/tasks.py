@@ -139,7 +139,7 @@ def sweep() -> int:
             if outcome:
                 log.warning("delivery %s: lease ran out; outcome %s", a.delivery_id, outcome)
         if todo:
-            publisher().publish_grouped(todo, again=True)
+            publisher().publish_grouped(todo)
             published += len(todo)
             log.info("sweeper published %d deliveries of %s again", len(todo), project_id)
     return published

@@ -70,7 +70,7 @@ def run(ctx: Context) -> dict[str, Any]:
         sent = admitted(load, "delivery backlog")
         items = [(pop.project_id, "inbox", did) for m in sent for did, _ in m.deliveries]
         publisher = Publisher(c.settings())
-        tasks = publisher.publish_grouped(items, again=True)
+        tasks = publisher.publish_grouped(items)
         publisher.close()
 
         ctx.say(f"delivery: draining {len(items)} deliveries in {tasks} tasks")

@@ -74,54 +74,25 @@ class Publisher:
             self.app.send_task(DELIVER_TASK, args=[transport, lane],
                                queue=queue_for(transport, lane), retry=False)
 
-    def publish_grouped(self, items: Iterable[tuple[str, str, str]], again: bool = False) -> int:
+    def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Make (project, transport, delivery) items ready and publish their tickets.
 
-        A ticket serves one batch, so a project needs a new ticket only when its
-        ready set grows into a batch that had none: from empty to one, from 100
-        to 101 (inbox), each one (webhook). Under load most deliveries join a
-        batch whose ticket is still queued, and no task is published for them.
-
-        ``again``: deliveries handed over again (the sweeper's outbox, a retry,
-        a publish after a broker outage) may have lost their tickets, so each
-        batch of them gets one, ready before or not; a spare ticket that finds
-        nothing ready does nothing. Returns how many tickets were published.
+        One ticket per batch of the given deliveries, new or already ready: a
+        delivery handed over again (the sweeper's outbox, a retry) may have lost
+        its ticket with a broker outage, and a spare ticket that finds nothing
+        ready does nothing. Returns how many were published.
         """
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         tasks = 0
         for (project_id, transport), dids in groups.items():
-            added, lane, ready = self.store.make_ready(project_id, transport, dids)
+            _, lane, _ = self.store.make_ready(project_id, transport, dids)
             self.store.ring_join(queue_for(transport, lane), project_id)
-            size = batch_size(transport)
-            if again:
-                count = math.ceil(len(dids) / size)
-            else:
-                count = math.ceil(ready / size) - math.ceil((ready - added) / size)
+            count = math.ceil(len(dids) / batch_size(transport))
             self.tickets(transport, lane, count)
             tasks += count
-        if groups and tasks == 0:
-            # Every delivery joined a batch whose ticket waits on the broker: make
-            # sure the broker is there, so no answer says "published" without it.
-            self.confirm_broker(next(iter(groups))[1])
         return tasks
-
-    def confirm_broker(self, transport: str) -> None:
-        """One round trip to the broker that publishes nothing.
-
-        Raises:
-            kombu/OSError exceptions when the broker is unreachable.
-        """
-        with self.app.pool.acquire(block=True) as conn:
-            conn.ensure_connection(max_retries=1)
-            channel = conn.channel()
-            try:
-                channel.queue_declare(queue=queue_for(transport), passive=True)
-            except ChannelError:
-                pass  # the broker answered: no such queue yet
-            finally:
-                channel.close()
 
     def rehome(self, project_id: str, transport: str, lane: str) -> int:
         """After a lane change: the project joins its queue's ring, with tickets for all its
@@ -198,7 +169,6 @@ class BatchPublisher:
         self.publisher = publisher
         self.pending: queue.SimpleQueue[Submitted | None] = queue.SimpleQueue()
         self.failures = 0
-        self._recovered = 0  # failures followed by a publish that made up for them
         self._thread = threading.Thread(target=self._run, name="courier-publisher", daemon=True)
 
     def start(self) -> None:
@@ -246,10 +216,7 @@ class BatchPublisher:
             if not batch:
                 continue
             try:
-                # After a failed publish, tickets may be missing for what is ready.
-                self.publisher.publish_grouped((item for item, _ in batch),
-                                               again=self.failures > self._recovered)
-                self._recovered = self.failures
+                self.publisher.publish_grouped(item for item, _ in batch)
                 ok = True
             except Exception:  # the outbox keeps them; the sweeper publishes again
                 ok = False
