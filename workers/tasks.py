@@ -29,6 +29,8 @@ LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the reques
 # A ticket that finds a project with nothing ready (taken by another ticket)
 # tries the next project, this many times at most.
 TURNS_PER_TICKET = 8
+# While several projects wait on a queue, a turn is this fraction of a batch.
+SHARED_TURN = 10
 
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
@@ -66,22 +68,30 @@ def deliver(transport: str, lane: str = "") -> str:
     """A ticket: one turn on this transport's queue (on a lane, the lane's).
 
     Serves the project whose turn it is (round robin over the projects with
-    ready deliveries), one batch: leases what is free of it, carries it,
-    records outcomes. Returns what it recorded, by outcome, for Flower.
+    ready deliveries), one batch (a tenth of one while other projects wait):
+    leases what is free of it, carries it, records outcomes. Returns what it
+    recorded, by outcome, for Flower.
     """
     carrier = transports.get(transport)
     queue = carrier.queue(lane)
     for _ in range(TURNS_PER_TICKET):
-        project_id = store().ring_next(queue)
-        if project_id is None:
+        turn = store().ring_next(queue)
+        if turn is None:
             return f"{queue}: nothing waiting"
-        taken = store().take_ready(project_id, transport, lane, carrier.batch_size)
+        project_id, waiting = turn
+        # Alone on the queue, a project is served a whole batch; while others
+        # wait, a short turn, so no project holds the others up by much.
+        share = carrier.batch_size if waiting <= 1 else max(1, carrier.batch_size // SHARED_TURN)
+        taken = store().take_ready(project_id, transport, lane, share)
         if taken.moved_to is not None:
             # The project moved to another lane since it joined this ring.
             store().ring_drop(queue, project_id)
             publisher().rehome(project_id, transport, taken.moved_to)
             continue
-        if taken.left == 0 and store().ring_leave(queue, project_id, transport):
+        short = bool(taken.left) and share < carrier.batch_size
+        if short or (taken.left == 0 and store().ring_leave(queue, project_id, transport)):
+            # A ticket for what a short turn left, or for mail made ready while
+            # the project was leaving the ring.
             publisher().tickets(transport, lane, 1)
         if not taken.delivery_ids:
             continue
@@ -139,7 +149,7 @@ def sweep() -> int:
             if outcome:
                 log.warning("delivery %s: lease ran out; outcome %s", a.delivery_id, outcome)
         if todo:
-            publisher().publish_grouped(todo)
+            publisher().publish_again(todo)
             published += len(todo)
             log.info("sweeper published %d deliveries of %s again", len(todo), project_id)
     return published

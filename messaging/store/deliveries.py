@@ -205,10 +205,11 @@ class DeliveryStore:
         """Put a project in a queue's ring (served next); no change when it is there."""
         self.client.zadd(keys.ring(queue), {project_id: 0}, nx=True)
 
-    def ring_next(self, queue: str) -> str | None:
-        """Whose turn it is on a queue (the project goes to the back of the ring)."""
-        project_id = self.scripts.ring_next(keys=[keys.ring(queue)], args=[])
-        return str(project_id) if project_id else None
+    def ring_next(self, queue: str) -> tuple[str, int] | None:
+        """Whose turn it is on a queue (the project goes to the back of the ring), and
+        how many projects are in the ring; None when it is empty."""
+        turn = self.scripts.ring_next(keys=[keys.ring(queue)], args=[])
+        return (str(turn[0]), int(turn[1])) if turn else None
 
     def ring_drop(self, queue: str, project_id: str) -> None:
         """Take a project out of a queue's ring (it moved to another lane)."""

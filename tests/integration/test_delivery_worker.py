@@ -319,6 +319,33 @@ def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stac
                          worker.log.read_text())
 
 
+def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_stack: Stack):
+    # A's 600 wait before any worker runs; B's one message comes after them.
+    # Served first come first served, B would wait for all 600; round robin
+    # with short turns while both wait serves B after a turn or two of A's.
+    with open_project(own_stack) as a, open_project(own_stack) as b:
+        a1, _ = a.agent("A1"), a.agent("A2")
+        b1, b2 = b.agent("B1"), b.agent("B2")
+        backlog = [a1.api.send(["A2"], f"a{i}", "x")["delivery"]["observations"][0][
+            "delivery_id"] for i in range(600)]
+        mine = b1.api.send(["B2"], "b", "x")["delivery"]["observations"][0]["delivery_id"]
+
+        own_stack.start_worker(queues=queue_for("inbox"), beat=False)
+        wait_until(lambda: b2.api.inbox()["messages"] and all(
+            a1.api.delivery(d)["outcome"] for d in backlog[-5:]), timeout_s=60,
+            what="both drained")
+        with own_stack.redis() as r:
+            b_done = int(r.hget(keys.delivery(b.project_id, mine),
+                                "provider_result_recorded_us") or 0)
+            pipe = r.pipeline(transaction=False)
+            for did in backlog:
+                pipe.hget(keys.delivery(a.project_id, did), "provider_result_recorded_us")
+            a_done = [int(t) for t in pipe.execute() if t]
+        assert b_done and len(a_done) == len(backlog)
+        ahead = sum(1 for t in a_done if t < b_done)
+        assert ahead <= 50, f"{ahead} of A's deliveries went before B's one"
+
+
 def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
         tmp_path: Path):
     # Grace 0.5 s and no inbox worker: without back-off the sweeper would publish
@@ -352,7 +379,9 @@ def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
 
 # a worker killed mid-dispatch
 
-BACKLOG = 100
+# Enough sends (two deliveries each) that a pool can be caught between leasing a
+# batch and recording it.
+BACKLOG = 400
 KILL_LEASE_S = "1"
 
 

@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  ring  zset  project ids by turn number
 --
--- Returns the project id whose turn it is, or false when the ring is empty.
+-- Returns {the project id whose turn it is, how many projects the ring holds},
+-- or false when the ring is empty.
 
 local head = redis.call("ZRANGE", KEYS[1], 0, 0)
 if #head == 0 then
@@ -13,4 +14,4 @@ if #head == 0 then
 end
 local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
 redis.call("ZADD", KEYS[1], string.format("%d", tonumber(last[2]) + 1), head[1])
-return head[1]
+return {head[1], redis.call("ZCARD", KEYS[1])}
