@@ -13,7 +13,7 @@ groups them per (project, transport), makes them ready and publishes their
 tickets. Each ``submit`` returns a future that says whether the batch carrying that
 delivery was published, so an answer can tell about its own send. A failed
 publish loses nothing: the delivery is already in the store's outbox, and the
-sweeper publishes it again.
+sweeper hands it over again (``publish_again``).
 """
 
 from __future__ import annotations
@@ -74,24 +74,45 @@ class Publisher:
             self.app.send_task(DELIVER_TASK, args=[transport, lane],
                                queue=queue_for(transport, lane), retry=False)
 
-    def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
-        """Make (project, transport, delivery) items ready and publish their tickets.
-
-        One ticket per batch of the given deliveries, new or already ready: a
-        delivery handed over again (the sweeper's outbox, a retry) may have lost
-        its ticket with a broker outage, and a spare ticket that finds nothing
-        ready does nothing. Returns how many were published.
-        """
+    def _ready(self, items: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+        """Make (project, transport, delivery) items ready, each project in its
+        queue's ring; returns the tickets they need (one per batch of a project's)
+        per (transport, lane)."""
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
-        tasks = 0
+        wanted: dict[tuple[str, str], int] = defaultdict(int)
         for (project_id, transport), dids in groups.items():
             _, lane, _ = self.store.make_ready(project_id, transport, dids)
             self.store.ring_join(queue_for(transport, lane), project_id)
-            count = math.ceil(len(dids) / batch_size(transport))
-            self.tickets(transport, lane, count)
-            tasks += count
+            wanted[(transport, lane)] += math.ceil(len(dids) / batch_size(transport))
+        return wanted
+
+    def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
+        """Make (project, transport, delivery) items ready and publish their tickets,
+        one per batch of each project's. Returns how many were published."""
+        tasks = 0
+        for (transport, lane), tickets in self._ready(items).items():
+            self.tickets(transport, lane, tickets)
+            tasks += tickets
+        return tasks
+
+    def publish_again(self, items: Iterable[tuple[str, str, str]]) -> int:
+        """Hand deliveries over again (the sweeper's outbox, a retry whose time came).
+
+        They are made ready again. Their tickets may have been lost with a broker
+        outage, so each queue gets tickets for their batches, less the tickets it
+        already holds (any ticket serves whichever project's turn it is): a
+        backlog waiting its turn is not published over and over. Returns how
+        many tickets were published.
+        """
+        wanted = self._ready(items)
+        depths = self.queue_depths()
+        tasks = 0
+        for (transport, lane), count in wanted.items():
+            tickets = max(0, count - depths.get(queue_for(transport, lane), 0))
+            self.tickets(transport, lane, tickets)
+            tasks += tickets
         return tasks
 
     def rehome(self, project_id: str, transport: str, lane: str) -> int:
