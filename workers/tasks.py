@@ -149,7 +149,8 @@ def sweep() -> int:
             if outcome:
                 log.warning("delivery %s: lease ran out; outcome %s", a.delivery_id, outcome)
         if todo:
-            publisher().publish_again(todo)
+            tickets = publisher().publish_again(todo)
             published += len(todo)
-            log.info("sweeper published %d deliveries of %s again", len(todo), project_id)
+            log.info("sweeper handed %d deliveries of %s over again (%d new tickets)",
+                     len(todo), project_id, tickets)
     return published

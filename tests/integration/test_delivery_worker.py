@@ -315,7 +315,7 @@ def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stac
         for m in inbox:
             d = bob.api.delivery(m["delivery_id"])
             assert list(d["stages"]) == STAGES and d["outcome"] == "accepted"
-        assert re.search(rf"sweeper published \d+ deliveries of {proj.project_id}",
+        assert re.search(rf"sweeper handed \d+ deliveries of {proj.project_id} over again",
                          worker.log.read_text())
 
 
