@@ -17,7 +17,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, message_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
-from messaging.store.scripts import Scripts, source
+from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
 # Score = creation ms * SEQ_SLOTS + project sequence mod SEQ_SLOTS: time-ordered,
@@ -57,36 +57,22 @@ def index_messages(client: SyncClient, project_id: str,
     mids = list(viewers_by_message)
     for mid in mids:
         read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
-    script_keys: list[str] = []
-    groups: list[Json] = []
+    write = client.pipeline(transaction=False)
     found = 0
     for mid, (raw, created_us, seq) in zip(mids, read.execute(), strict=True):
         if not raw:
             continue  # gone (archived) before it was indexed
         found += 1
         msg = json.loads(raw)
-        score = str(search_score(int(created_us), int(seq or 0)))
+        score = {mid: search_score(int(created_us), int(seq or 0))}
         terms, words = message_terms(msg), message_words(msg)
         for viewer in _viewers(viewers_by_message[mid]):
+            for term in terms:
+                write.zadd(keys.search_postings(project_id, viewer, term), score)
             if words:
-                script_keys.append(keys.search_words(project_id, viewer))
-            script_keys += [keys.search_postings(project_id, viewer, t) for t in terms]
-            groups.append({"m": mid, "s": score, "t": len(terms), "w": words})
-    if groups:
-        # One script call per batch: the store writes the postings, not a
-        # command per posting from here.
-        _index_script(client)(keys=script_keys, args=[json.dumps(groups)], client=client)
+                write.zadd(keys.search_words(project_id, viewer), dict.fromkeys(words, 0))
+    write.execute()
     return found
-
-
-_INDEX: list[Any] = []
-
-
-def _index_script(client: SyncClient) -> Any:
-    """The index_postings script (registered once per process)."""
-    if not _INDEX:
-        _INDEX.append(client.register_script(source("index_postings")))
-    return _INDEX[0]
 
 
 def unindex_messages(client: SyncClient, project_id: str,
