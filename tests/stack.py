@@ -140,23 +140,33 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_api(self, env: dict[str, str] | None = None) -> tuple[Proc, str]:
-        """An API process; returns it and its URL once it answers."""
+    def serve(self, name: str, args: list[str], health: str,
+              env: dict[str, str] | None = None) -> tuple[Proc, str]:
+        """An HTTP process (``{port}`` in ``args``); it and its URL once ``health`` says 200."""
         port = free_port()
-        proc = self.spawn("api", ["-m", "uvicorn", "messaging.web.app:app", "--host", "127.0.0.1",
-                                  "--port", str(port), "--log-level", "warning"], env)
+        proc = self.spawn(name, [a.format(port=port) for a in args], env)
         url = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
             if not proc.alive():
-                raise AssertionError(f"api died:\n{proc.tail()}")
+                raise AssertionError(f"{name} died:\n{proc.tail()}")
             try:
-                return httpx.get(url + "/healthz", timeout=1).status_code == 200
+                return httpx.get(url + health, timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until(up, START_TIMEOUT_S, what="the API")
+        wait_until(up, START_TIMEOUT_S, what=name)
         return proc, url
+
+    def start_api(self, env: dict[str, str] | None = None) -> tuple[Proc, str]:
+        """An API process; returns it and its URL once it answers."""
+        return self.serve("api", ["-m", "uvicorn", "messaging.web.app:app", "--host", "127.0.0.1",
+                                  "--port", "{port}", "--log-level", "warning"], "/healthz", env)
+
+    def start_flower(self, args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, str]:
+        """Flower (``args`` start it) on 127.0.0.1; it and its URL once it answers."""
+        return self.serve("flower", [*args, "--port={port}", "--address=127.0.0.1"],
+                          "/healthcheck", env)
 
     def start_worker(self, queues: str = "deliver.inbox,courier.sweep", concurrency: int = 2,
                      beat: bool = True, env: dict[str, str] | None = None) -> Proc:

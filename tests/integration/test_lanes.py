@@ -150,20 +150,7 @@ def test_courier_lane_command_moves_a_project(lanes: Stack):
 @pytest.fixture
 def flower(lanes: Stack) -> Iterator[tuple[str, tuple[str, str]]]:
     """Courier's Flower (``messaging.runtime.flower``) on the stack; its URL and credentials."""
-    port = free_port()
-    proc = lanes.spawn("flower", ["-m", "messaging.runtime.flower", f"--port={port}",
-                                  "--address=127.0.0.1"])
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if not proc.alive():
-            raise AssertionError(f"flower died:\n{proc.tail()}")
-        try:
-            return httpx.get(url + "/healthcheck", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(up, 30, 0.2, "flower")
+    proc, url = lanes.start_flower(["-m", "messaging.runtime.flower"])
     yield url, ("operator", lanes.operator_token)
     proc.stop()
 

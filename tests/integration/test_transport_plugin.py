@@ -29,7 +29,7 @@ from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import keys
 from tests.plugins.echo import echo_installed
 from tests.receiver import Receiver
-from tests.stack import Proc, Stack, free_port, make_stack, wait_until
+from tests.stack import Stack, free_port, make_stack, wait_until
 
 BEFORE = ("start", "before_hand_off")
 AFTER = ("after_hand_off", "after_reply")
@@ -178,21 +178,8 @@ def test_random_exceptions_before_hand_off_are_failed_and_after_are_unknown(
 
 @pytest.fixture
 def flower(echo_stack: Stack) -> Iterator[str]:
-    port = free_port()
-    proc: Proc = echo_stack.spawn(
-        "flower", ["-m", "celery", "-A", "workers.app", "flower", f"--port={port}",
-                   "--address=127.0.0.1"], {"FLOWER_UNAUTHENTICATED_API": "true"})
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if not proc.alive():
-            raise AssertionError(f"flower died:\n{proc.tail()}")
-        try:
-            return httpx.get(url + "/healthcheck", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(up, 30, 0.2, "flower")
+    proc, url = echo_stack.start_flower(["-m", "celery", "-A", "workers.app", "flower"],
+                                        {"FLOWER_UNAUTHENTICATED_API": "true"})
     yield url
     proc.stop()
 
