@@ -15,8 +15,10 @@ One delivery's trouble never stops the others of its task.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,6 +39,18 @@ class LeaseLost(RuntimeError):
     """Another worker owns the delivery now: the request must not leave."""
 
 
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def pool(size: int) -> ThreadPoolExecutor:
+    """This process's threads for transports that carry several deliveries at once
+    (made after fork, never shared across it)."""
+    key = (os.getpid(), size)
+    if key not in _pools:
+        _pools[key] = ThreadPoolExecutor(size, thread_name_prefix="carry")
+    return _pools[key]
+
+
 def health(settings: Settings) -> EndpointHealth:
     """When an endpoint counts as unhealthy, and how often it is probed then."""
     return EndpointHealth(
@@ -44,6 +58,13 @@ def health(settings: Settings) -> EndpointHealth:
         after_ms=int(settings.webhook_unhealthy_after_s * 1000),
         probe_ms=int(settings.webhook_probe_interval_s * 1000),
     )
+
+
+def _deliver_one(transport: Transport, delivery: Delivery) -> Outcome | BaseException:
+    try:
+        return transport.deliver(delivery)
+    except Exception as e:  # judged by the worker, like deliver_all's
+        return e
 
 
 def _error(e: BaseException) -> str:
@@ -68,13 +89,18 @@ class Dispatcher:
         if transport.idempotent:
             leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
-        # One lease per request, taken just before it: a lease never runs out
-        # while its delivery waits behind others in the same task.
+        # Leases taken just before their requests leave, for as many at a time
+        # as the transport carries at once: a lease never runs out while its
+        # delivery waits behind others in the same task.
+        step = max(1, transport.parallel)
         counts: Counter[str] = Counter()
         every: list[Leased] = []
-        for delivery_id in delivery_ids:
-            leased = self.store.lease(project_id, [delivery_id], lease_ms, False)
-            counts += self._carry(transport, project_id, leased)
+        for at in range(0, len(delivery_ids), step):
+            leased = self.store.lease(project_id, delivery_ids[at:at + step], lease_ms, False)
+            if len(leased) > 1:
+                counts += self._carry_at_once(transport, project_id, leased)
+            else:
+                counts += self._carry(transport, project_id, leased)
             every += leased
         return counts, every
 
@@ -95,6 +121,32 @@ class Dispatcher:
             else:
                 outcomes.append(item)
         return self._record(project_id, leased, outcomes)
+
+    def _carry_at_once(self, transport: Transport, project_id: str,
+                       leased: list[Leased]) -> Counter[str]:
+        """Carry each delivery on a thread of its own; record outcomes as they come,
+        so a slow receiver never holds up what the others answered."""
+        prepared = self._prepare(transport, project_id, leased)
+        ready: list[tuple[Leased, Outcome]] = []
+        running: dict[Future[Outcome | BaseException], tuple[Leased, Delivery]] = {}
+        for lease, item in zip(leased, prepared, strict=True):
+            if isinstance(item, Delivery):
+                running[pool(transport.parallel).submit(_deliver_one, transport, item)] = (
+                    lease, item)
+            else:
+                ready.append((lease, item))
+        counts: Counter[str] = Counter()
+        waiting = set(running)
+        while waiting:
+            finished, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+            for future in finished:
+                lease, delivery = running[future]
+                ready.append((lease, self._judge(transport, delivery, future.result())))
+            counts += self._record(project_id, [r[0] for r in ready], [r[1] for r in ready])
+            ready = []
+        if ready:
+            counts += self._record(project_id, [r[0] for r in ready], [r[1] for r in ready])
+        return counts
 
     def _prepare(self, transport: Transport, project_id: str,
                  leased: list[Leased]) -> list[Delivery | Outcome]:

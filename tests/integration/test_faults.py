@@ -49,7 +49,8 @@ def test_killing_webhook_workers_mid_dispatch_leaves_no_delivery_stuck_or_double
                                     {"kind": "webhook", "url": receiver.url(path)})
         box = admin.register_agent(project_id, "Box")
         alice = stack.client(admin.register_agent(project_id, "Alice")["token"])
-        sent = [alice.send(["Hook", "Box"], f"job {i}", "go") for i in range(40)]
+        # A kill strands up to a batch per worker process: enough for six.
+        sent = [alice.send(["Hook", "Box"], f"job {i}", "go") for i in range(120)]
         queues = "deliver.webhook,deliver.inbox,courier.sweep"
         kills = 0
         for _ in range(6):

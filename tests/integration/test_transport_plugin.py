@@ -152,28 +152,35 @@ def test_one_bad_delivery_does_not_stall_the_others_of_its_task(world: World):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
-@given(at=st.sampled_from(BEFORE + AFTER + ("none",)), error=st.sampled_from(ERRORS),
-       message=st.text(max_size=40))
+@given(faults=st.lists(st.tuples(st.sampled_from(BEFORE + AFTER + ("none",)),
+                                 st.sampled_from(ERRORS), st.text(max_size=40)),
+                       min_size=1, max_size=3))
 def test_random_exceptions_before_hand_off_are_failed_and_after_are_unknown(
-        world: World, at: str, error: str, message: str):
-    fault = None if at == "none" else {"at": at, "error": error, "message": message}
-    path, _ = world.echo(f"E{uuid.uuid4().hex[:8]}", **({"fault": fault} if fault else {}))
-    [did] = world.send(world.admin.list_agents(world.project_id)[-1]["label"])
-    d = world.settled(did)
-    stored = world.stored(did)
-    assert stored["lease_until_ms"] == "0", "nothing is left leased"
-    assert len(d["attempts"]) == 1
-    if at in BEFORE:
-        assert d["outcome"] == "failed", d
-        assert d["attempts"][0]["error"].startswith(f"not sent: {error}")
-        assert world.receiver.count(path) == 0
-    elif at in AFTER:
-        # the real outcome was lost with the exception: only uncertainty is true
-        assert d["outcome"] == "unknown", d
-        assert error in d["attempts"][0]["error"]
-    else:
-        assert d["outcome"] == "accepted"
-        assert world.receiver.count(path) == 1
+        world: World, faults: list[tuple[str, str, str]]):
+    # One send to one to three recipients, each with its own fault: one alone
+    # is carried by itself, several at once on threads of their own.
+    recipients = []
+    for at, error, message in faults:
+        fault = None if at == "none" else {"at": at, "error": error, "message": message}
+        path, row = world.echo(f"E{uuid.uuid4().hex[:8]}", **({"fault": fault} if fault else {}))
+        recipients.append((path, row["label"]))
+    dids = world.send(*(label for _, label in recipients))
+    for did, (path, _), (at, error, _) in zip(dids, recipients, faults, strict=True):
+        d = world.settled(did)
+        stored = world.stored(did)
+        assert stored["lease_until_ms"] == "0", "nothing is left leased"
+        assert len(d["attempts"]) == 1
+        if at in BEFORE:
+            assert d["outcome"] == "failed", d
+            assert d["attempts"][0]["error"].startswith(f"not sent: {error}")
+            assert world.receiver.count(path) == 0
+        elif at in AFTER:
+            # the real outcome was lost with the exception: only uncertainty is true
+            assert d["outcome"] == "unknown", d
+            assert error in d["attempts"][0]["error"]
+        else:
+            assert d["outcome"] == "accepted"
+            assert world.receiver.count(path) == 1
 
 
 @pytest.fixture

@@ -141,6 +141,26 @@ def test_a_webhook_that_hangs_past_the_timeout_is_unknown_after_one_request(worl
     assert len(world.admin.delivery(d["delivery_id"])["attempts"]) == 1
 
 
+def test_a_task_carries_its_webhooks_at_once_and_records_each_as_it_answers(world: World):
+    # One send to four hanging receivers and one quick one: the worker takes
+    # them in one task (a batch), sends all five before the first times out,
+    # and records the quick answer long before the hanging ones end.
+    slow = [world.hook(f"Slow{i}", lambda n: "hang")[0] for i in range(4)]
+    world.hook("Quick")
+    sent = world.alice.send([*(f"Slow{i}" for i in range(4)), "Quick"], "Handoff", "# All\n")
+    started = time.monotonic()
+    by_name = {o["recipient"].split(" [")[0]: o["delivery_id"]
+               for o in sent["delivery"]["observations"]}
+    quick = world.settled(by_name["Quick"], timeout_s=TIMEOUT_S)
+    assert quick["outcome"] == "accepted"
+    assert time.monotonic() - started < TIMEOUT_S
+    assert all(world.admin.delivery(by_name[f"Slow{i}"])["outcome"] is None for i in range(4))
+    assert all(world.receiver.count(path) == 1 for path in slow)
+    for i in range(4):
+        d = world.settled(by_name[f"Slow{i}"])
+        assert d["outcome"] == "unknown" and len(d["attempts"]) == 1
+
+
 def test_a_connection_dropped_after_sending_is_unknown_and_not_retried(world: World):
     path, _ = world.hook("Drop", lambda n: "drop")
     d = world.settled(world.send("Drop"))

@@ -110,6 +110,10 @@ class Transport(ABC):
     # then may a delivery whose worker died be finished by another worker.
     idempotent: ClassVar[bool] = False
     wants_message: ClassVar[bool] = True
+    # Deliveries of a batch carried at the same time, each on a thread of its
+    # own with its own lease and hand-off mark: for transports whose call
+    # mostly waits on a receiver. ``deliver`` must then be thread-safe.
+    parallel: ClassVar[int] = 1
     # The transport's Celery worker (``courier up``, the Procfile's ``workers``):
     # processes, and tickets each reserves ahead (1: a slow task holds no other back).
     worker_concurrency: ClassVar[int] = 2

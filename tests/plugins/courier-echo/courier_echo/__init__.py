@@ -58,6 +58,8 @@ class EchoTransport(Transport):
     settings_model = EchoSettings
     batch_size = 10
     idempotent = False
+    # Several deliveries of a send are carried at once, each on its own thread.
+    parallel = 4
 
     @property
     def lease_s(self) -> float:
