@@ -36,6 +36,9 @@ Url = Annotated[str | None, typer.Option("--url", envvar="COURIER_URL",
 Token = Annotated[str | None, typer.Option("--token", envvar="COURIER_TOKEN",
                                            help="bearer token (project or agent)")]
 AsJson = Annotated[bool, typer.Option("--json", help="print the raw JSON answer")]
+OperatorToken = Annotated[str | None, typer.Option(
+    "--token", envvar="COURIER_OPERATOR_TOKEN",
+    help="operator token [default: the operator-token file in COURIER_DATA_DIR]")]
 
 
 def _url(url: str | None) -> str:
@@ -140,9 +143,7 @@ def project_create(
     project_key: Annotated[str, typer.Argument(help="absolute path of the checkout")],
     name: Annotated[str | None, typer.Option(help="a display name")] = None,
     url: Url = None,
-    token: Annotated[str | None, typer.Option(
-        "--token", envvar="COURIER_OPERATOR_TOKEN",
-        help="operator token [default: the operator-token file in COURIER_DATA_DIR]")] = None,
+    token: OperatorToken = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a project; prints its token (shown once)."""
@@ -597,14 +598,13 @@ def lane(
     name: Annotated[str | None, typer.Argument(help="1-32 of a-z, 0-9, -")] = None,
     off: Annotated[bool, typer.Option("--off", help="back to the shared queues")] = False,
     url: Url = None,
-    token: Annotated[str | None, typer.Option("--token", envvar="COURIER_OPERATOR_TOKEN",
-                                              help="operator token [default: data dir]")] = None,
+    token: OperatorToken = None,
     as_json: AsJson = False,
 ) -> None:
     """Give a busy project a lane of its own (queues deliver.<transport>.<lane>), or --off."""
     if (name is None) == (not off):
         _fail("give a lane name, or --off")
-    token = token or get_settings().resolve_operator_token()
+    token, _ = _operator_token(token)
     p = _call(url, token, CourierClient.set_lane, project_id, None if off else name)
     if as_json:
         _print_json(p)

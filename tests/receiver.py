@@ -36,6 +36,8 @@ class Receiver:
     received: dict[str, list[Received]] = field(default_factory=lambda: defaultdict(list))
     hang_s: float = 5.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    host: str = "127.0.0.1"
+    port: int = 0  # a free one
 
     def start(self) -> None:
         receiver = self
@@ -71,13 +73,13 @@ class Receiver:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the sender died while we answered: that is the test
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        return f"http://{self.host}:{self.server.server_address[1]}{path}"
 
     def count(self, path: str) -> int:
         with self.lock:

@@ -141,9 +141,10 @@ class Stack:
         return proc
 
     def serve(self, name: str, args: list[str], health: str,
-              env: dict[str, str] | None = None) -> tuple[Proc, str]:
-        """An HTTP process (``{port}`` in ``args``); it and its URL once ``health`` says 200."""
-        port = free_port()
+              env: dict[str, str] | None = None, port: int = 0) -> tuple[Proc, str]:
+        """An HTTP process (``{port}`` in ``args``, a free one unless given); it and
+        its URL once ``health`` says 200."""
+        port = port or free_port()
         proc = self.spawn(name, [a.format(port=port) for a in args], env)
         url = f"http://127.0.0.1:{port}"
 
@@ -158,10 +159,11 @@ class Stack:
         wait_until(up, START_TIMEOUT_S, what=name)
         return proc, url
 
-    def start_api(self, env: dict[str, str] | None = None) -> tuple[Proc, str]:
-        """An API process; returns it and its URL once it answers."""
+    def start_api(self, env: dict[str, str] | None = None, port: int = 0) -> tuple[Proc, str]:
+        """An API process (on a free port unless given); it and its URL once it answers."""
         return self.serve("api", ["-m", "uvicorn", "messaging.web.app:app", "--host", "127.0.0.1",
-                                  "--port", "{port}", "--log-level", "warning"], "/healthz", env)
+                                  "--port", "{port}", "--log-level", "warning"], "/healthz", env,
+                          port)
 
     def start_flower(self, args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, str]:
         """Flower (``args`` start it) on 127.0.0.1; it and its URL once it answers."""
@@ -228,8 +230,11 @@ def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> St
             raise
         settings = {**settings, "broker_url": broker.url}
     env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    api_port = free_port()
     env.update({
         "COURIER_REDIS_URL": store.url,
+        # The API's port, as `courier up` sets it: every process knows it as its own.
+        "COURIER_PORT": str(api_port),
         "COURIER_DATA_DIR": str(root / "data"),
         "COURIER_OPERATOR_TOKEN": "cop_" + secrets.token_urlsafe(16),
         "COURIER_OUTBOX_GRACE_S": "2",
@@ -241,7 +246,7 @@ def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> St
     })
     stack = Stack(root, env, store, broker=broker)
     try:
-        _, stack.api_url = stack.start_api()
+        _, stack.api_url = stack.start_api(port=api_port)
     except BaseException:
         stack.stop()
         raise

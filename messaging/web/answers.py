@@ -50,6 +50,18 @@ class ProjectCreated(Answer):
     token: str
 
 
+class Project(Answer):
+    """A project, its lane and its backlog."""
+
+    project_id: str
+    project_key: str
+    name: str | None
+    created_ts: str
+    lane: str | None = Field(description="null on the shared queues")
+    backlog: dict[str, int] = Field(
+        description="deliveries waiting for a worker, per installed transport")
+
+
 class Transport(Answer):
     """An agent's transport as listed: its kind, and an endpoint's health."""
 
@@ -72,7 +84,7 @@ class Agent(Answer):
 
 
 class AgentRegistered(Agent):
-    """A new agent and its token (shown once; a generated webhook secret too)."""
+    """An agent and its new token (shown once; on registration a webhook secret made for it too)."""
 
     project_id: str
     token: str
@@ -89,8 +101,8 @@ class Observation(Answer):
 
     delivery_id: str
     recipient: str
-    agent_id: str | None
-    transport: str
+    agent_id: str | None = Field(description="null while the target is pending")
+    transport: str | None = Field(description="null while the target is pending")
     stage: str
     presence: str | None = None
 
@@ -152,6 +164,19 @@ class Thread(Answer):
     messages: list[Message]
 
 
+class RenderedMessage(Message):
+    """A message with its Markdown as sanitized HTML."""
+
+    body_html: str
+
+
+class RenderedThread(Answer):
+    """A thread as the console shows it, oldest first."""
+
+    thread_id: str
+    messages: list[RenderedMessage]
+
+
 class Marks(Answer):
     """The read and acknowledgement times of a received message."""
 
@@ -175,14 +200,16 @@ class Delivery(Answer):
 
     delivery_id: str
     message_id: str
-    agent_id: str | None
+    agent_id: str | None = Field(description="null while the target is pending")
     recipient: str
-    transport: str
+    transport: str | None = Field(description="null while the target is pending")
     stage: str
     stages: dict[str, str] = Field(description="each stage reached, with its timestamp")
     outcome: str | None = Field(description="accepted, rejected, failed or unknown")
     attempts: list[Attempt]
     observed_ts: str | None
+    target: str = Field(description="pinned or pending")
+    held: bool = Field(description="waiting for the project's human to release it")
 
 
 class Deliveries(Answer):
@@ -190,6 +217,44 @@ class Deliveries(Answer):
 
     message_id: str
     deliveries: list[Delivery]
+
+
+class HeldDelivery(Delivery):
+    """A held delivery with its message."""
+
+    message: Message
+
+
+class Held(Answer):
+    """The project's held deliveries, oldest first."""
+
+    deliveries: list[HeldDelivery]
+
+
+class NameAllowed(Answer):
+    """A name authorized before any agent has it, and until when."""
+
+    name: str
+    expires_ts: str
+
+
+class AuthorizedName(NameAllowed):
+    """An authorized name and how much mail waits for it."""
+
+    waiting: int = Field(description="deliveries waiting for the name's first agent")
+
+
+class Names(Answer):
+    """The project's authorized names, soonest expiry first."""
+
+    names: list[AuthorizedName]
+
+
+class NameEnded(Answer):
+    """An authorization ended."""
+
+    name: str
+    deleted: bool
 
 
 class Subscription(Answer):
@@ -208,3 +273,8 @@ class SearchPage(Answer):
 
     messages: list[dict[str, Any]]
     next_cursor: str | None
+
+
+# A send repeated with its idempotency key answers 200 with the stored result.
+REPLAY: dict[int | str, dict[str, Any]] = {
+    200: {"model": Sent, "description": "an idempotent replay"}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,10 +14,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from messaging.client import CourierAPIError
+from messaging.config import Settings
 from messaging.store import keys
-from messaging.store.deliveries import DeliveryStore
+from messaging.store.deliveries import DeliveryStore, Leased
 from tests.receiver import Receiver
 from tests.stack import Stack, make_stack, wait_until
+from workers import transports
+from workers.transports.base import Delivery, OutcomeKind
+from workers.transports.webhook import WebhookTransport
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +114,46 @@ def test_a_webhook_at_the_stores_own_port_is_refused_at_registration(world: Worl
         error = world.refused({"kind": "webhook", "url": f"http://{host}:{port}/"})
         assert error.details["field"] == "transport.url"
         assert "Courier's own" in str(error)
+
+
+def test_a_webhook_at_the_apis_own_port_is_refused_at_registration(world: World):
+    port = urlsplit(world.stack.api_url).port
+    for host in ("127.0.0.1", "127.0.0.2", "[::1]"):
+        error = world.refused({"kind": "webhook", "url": f"http://{host}:{port}/v1/agents"})
+        assert error.details["field"] == "transport.url"
+        assert "Courier's own" in str(error)
+
+
+def test_the_request_goes_to_the_address_checked_not_to_a_second_answer(
+        monkeypatch: pytest.MonkeyPatch):
+    # A resolver that answers the check with one address and any later lookup
+    # with another (DNS rebinding): the POST must reach the address checked.
+    checked = Receiver(host="127.0.0.1")
+    checked.start()
+    rebound = Receiver(host="127.0.0.2", port=checked.server.server_address[1])
+    rebound.start()
+    answers = iter(["127.0.0.1"] + ["127.0.0.2"] * 10)
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, port: Any, *args: Any, **kw: Any) -> Any:
+        if host == "hooks.example":
+            return real(next(answers), port, *args, **kw)
+        return real(host, port, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    courier = Settings(webhook_allow="hooks.example")
+    url = f"http://hooks.example:{checked.server.server_address[1]}/hook"
+    try:
+        transport = WebhookTransport(courier)
+        hook = transports.parse("webhook", {"kind": "webhook", "url": url}, courier)
+        lease = Leased("dlv_x", 1, "agt_x", "msg_x", "agt_y", 1, 1, 0)
+        outcome = transport.deliver(Delivery("prj_x", lease, {}, hook, {"id": "msg_x"}))
+        assert outcome.kind == OutcomeKind.ACCEPTED
+        assert checked.count("/hook") == 1 and rebound.count("/hook") == 0
+        assert checked.requests("/hook")[0].headers["host"] == urlsplit(url).netloc
+    finally:
+        checked.stop()
+        rebound.stop()
 
 
 def test_good_secrets_are_accepted_and_a_missing_one_is_generated_and_shown_once(world: World):

@@ -38,20 +38,32 @@ def test_help_keeps_bracketed_text_and_defaults() -> None:
     assert "[default: from COURIER_HOST/PORT]" in shown
 
 
+def test_help_keeps_typers_own_defaults_at_80_columns() -> None:
+    shown = runner.invoke(app, ["inbox", "--help"], env={"COLUMNS": "80"}).output
+    assert "[default: 50" in shown, shown
+
+
 def test_version_is_the_installed_distributions() -> None:
     done = runner.invoke(app, ["--version"])
     assert done.exit_code == 0
     assert done.output.strip() == f"courier {version('agent-courier')}"
 
 
-def test_project_create_without_a_token_says_how_to_pass_one_and_writes_nothing(
-    tmp_path: Path,
+@pytest.mark.parametrize("command", [["project", "create", "/srv/app"], ["lane", "prj_x", "bulk"]],
+                         ids=["project create", "lane"])
+def test_an_operator_command_without_a_token_says_how_to_pass_one_and_writes_nothing(
+    command: list[str], tmp_path: Path,
 ) -> None:
-    done = runner.invoke(app, ["project", "create", "/srv/app", "--url", "http://127.0.0.1:9"])
+    done = runner.invoke(app, [*command, "--url", "http://127.0.0.1:9"])
     assert done.exit_code == 1
     for way in ("--token", "COURIER_OPERATOR_TOKEN", "COURIER_DATA_DIR"):
         assert way in done.output, done.output
     assert list(tmp_path.iterdir()) == []  # no .courier/operator-token minted here
+
+
+def test_no_command_can_mint_an_operator_token() -> None:
+    for module in sorted((ROOT / "messaging").glob("cli*.py")):
+        assert "resolve_operator_token" not in module.read_text(), module.name
 
 
 def test_run_names_the_procfile_processes_when_asked_for_an_unknown_one() -> None:
@@ -70,11 +82,15 @@ def test_up_lane_is_in_the_help_and_a_bad_lane_name_starts_nothing(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []  # no store, no data dir
 
 
-def test_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty() -> None:
+@pytest.mark.parametrize("command", [["send", "--to", "Bob", "--subject", "hi"],
+                                     ["reply", "msg_x"]], ids=["send", "reply"])
+def test_a_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty(
+    command: list[str],
+) -> None:
     controller, terminal = pty.openpty()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "messaging.cli", "send", "--to", "Bob", "--subject", "hi",
+            [sys.executable, "-m", "messaging.cli", *command,
              "--token", "agt_x", "--url", "http://127.0.0.1:9"],
             stdin=terminal, capture_output=True, text=True, cwd=ROOT, timeout=60,
             env={**os.environ, "COLUMNS": "200"},

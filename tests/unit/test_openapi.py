@@ -8,17 +8,49 @@ from typing import Any
 
 import jsonschema
 import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute, iter_route_contexts
 from openapi_spec_validator import validate
 
 from messaging.web.app import create_app
+from messaging.web.deps import caller
 
-DOC: dict[str, Any] = create_app().openapi()
+APP = create_app()
+DOC: dict[str, Any] = APP.openapi()
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
 def operations() -> list[tuple[str, str, dict[str, Any]]]:
     return [(method.upper(), path, op) for path, ops in DOC["paths"].items()
             for method, op in ops.items()]
+
+
+def json_answers() -> list[Any]:
+    """Every documented 2xx answer with a body that is not text, one test case each."""
+    cases = []
+    for method, path, op in operations():
+        for status, response in op["responses"].items():
+            media = response.get("content", {})
+            if status.startswith("2") and status != "204" and not any(
+                    t.startswith("text/") for t in media):
+                cases.append(pytest.param(media, id=f"{method} {path} {status}"))
+    return cases
+
+
+def calls(dependant: Dependant) -> set[Any]:
+    """Everything a route depends on, directly or through other dependencies."""
+    found = set()
+    for sub in dependant.dependencies:
+        found |= {sub.call, *calls(sub)}
+    return found
+
+
+def token_operations() -> set[tuple[str, str]]:
+    """(METHOD, path) of every documented operation that reads the caller's token."""
+    return {(method, str(context.path_format))
+            for context in iter_route_contexts(APP.routes)
+            if isinstance(route := context.original_route, APIRoute) and route.include_in_schema
+            and caller in calls(route.dependant) for method in route.methods}
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -78,6 +110,27 @@ def test_a_send_needs_a_subject_unless_it_is_a_resource_notice() -> None:
     jsonschema.validate({"to": ["Bob"], "resource_notice": notice, "idempotency_key": "k"}, send)
 
 
+@pytest.mark.parametrize("media", json_answers())
+def test_every_json_answer_documents_a_schema_with_fields(media: dict[str, Any]) -> None:
+    schema = media["application/json"]["schema"]
+    assert schema, "an empty schema says nothing of the answer"
+    name = schema["$ref"].rsplit("/", 1)[-1]
+    assert DOC["components"]["schemas"][name]["properties"]
+
+
+def test_the_security_scheme_is_an_http_bearer_token() -> None:
+    schemes = DOC["components"]["securitySchemes"]
+    assert {(s["type"], s["scheme"]) for s in schemes.values()} == {("http", "bearer")}
+
+
+def test_every_operation_that_reads_a_token_lists_the_bearer_scheme() -> None:
+    (bearer,) = DOC["components"]["securitySchemes"]
+    needs = token_operations()
+    assert {(m, p) for m, p, _ in operations() if p.startswith("/v1/")} <= needs
+    listed = {(m, p) for m, p, op in operations() if op.get("security") == [{bearer: []}]}
+    assert listed == needs
+
+
 @pytest.mark.parametrize(("method", "path", "status", "model"), [
     ("post", "/v1/projects", "201", "ProjectCreated"),
     ("post", "/v1/projects/{project_id}/agents", "201", "AgentRegistered"),
@@ -87,6 +140,20 @@ def test_a_send_needs_a_subject_unless_it_is_a_resource_notice() -> None:
     ("get", "/v1/agents/me/inbox", "200", "InboxPage"),
     ("get", "/v1/deliveries/{delivery_id}", "200", "Delivery"),
     ("post", "/v1/subscriptions", "201", "Subscription"),
+    ("post", "/v1/projects/{project_id}/agents/{agent_id}/token", "201", "AgentRegistered"),
+    ("get", "/v1/projects/{project_id}", "200", "Project"),
+    ("put", "/v1/projects/{project_id}/lane", "200", "Project"),
+    ("delete", "/v1/projects/{project_id}/lane", "200", "Project"),
+    ("put", "/v1/projects/{project_id}/names/{name}", "200", "NameAllowed"),
+    ("get", "/v1/projects/{project_id}/names", "200", "Names"),
+    ("delete", "/v1/projects/{project_id}/names/{name}", "200", "NameEnded"),
+    ("get", "/v1/projects/{project_id}/held", "200", "Held"),
+    ("post", "/v1/deliveries/{delivery_id}/release", "200", "Delivery"),
+    ("post", "/v1/deliveries/{delivery_id}/decline", "200", "Delivery"),
+    ("post", "/v1/projects/{project_id}/messages", "201", "Sent"),
+    ("post", "/v1/projects/{project_id}/messages", "200", "Sent"),
+    ("get", "/v1/projects/{project_id}/human/inbox", "200", "InboxPage"),
+    ("get", "/v1/threads/{thread_id}/rendered", "200", "RenderedThread"),
 ])
 def test_core_operations_document_their_success_answer(method: str, path: str, status: str,
                                                        model: str) -> None:

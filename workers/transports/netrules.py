@@ -126,8 +126,11 @@ def check_url(url: str, settings: Settings) -> None:
         raise ValueError(f"{host}:{port} is one of Courier's own addresses")
 
 
-def check_resolved(url: str, settings: Settings) -> None:
+def check_resolved(url: str, settings: Settings) -> list[Address]:
     """At dispatch: every address the host resolves to must be allowed and not Courier's own.
+
+    Returns those addresses, for the request to connect to (resolving the name
+    again could give another answer than the one checked).
 
     Raises:
         ValueError: the URL may not be used today.
@@ -136,9 +139,21 @@ def check_resolved(url: str, settings: Settings) -> None:
     check_url(url, settings)
     host, port = _target(url)
     by_name = host in settings.webhook_networks
+    checked: list[Address] = []
     for info in socket.getaddrinfo(host.strip("[]"), port, proto=socket.IPPROTO_TCP):
         address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
         if not by_name and not _allowed(str(address), address, settings):
             raise ValueError(f"host {host} resolves to {address}, outside COURIER_WEBHOOK_ALLOW")
         if is_own(str(address), address, port, settings):
             raise ValueError(f"host {host} resolves to Courier's own address {address}:{port}")
+        if address not in checked:
+            checked.append(address)
+    return checked
+
+
+def pinned(url: str, address: Address) -> tuple[str, str]:
+    """The URL with its host replaced by ``address``, and the Host header it keeps."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if address.version == 6 else str(address)
+    port = f":{parts.port}" if parts.port else ""
+    return parts._replace(netloc=host + port).geturl(), parts.netloc

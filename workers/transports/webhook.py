@@ -20,6 +20,7 @@ import socket
 import threading
 from datetime import UTC, datetime
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import Field, ValidationInfo, field_validator
@@ -128,23 +129,34 @@ class WebhookTransport(Transport):
             return self._client
 
     def deliver(self, delivery: Delivery) -> Outcome:
-        """Check where the URL leads today, sign, POST once."""
+        """Check where the URL leads today, sign, POST once to an address checked."""
         settings = delivery.settings
         assert isinstance(settings, WebhookSettings)
         try:
-            netrules.check_resolved(settings.url, self.courier)
+            addresses = netrules.check_resolved(settings.url, self.courier)
         except socket.gaierror as e:
             return Outcome(OutcomeKind.RETRY, f"not sent: DNS: {e.strerror or e}")
         body = json.dumps(delivery.message, ensure_ascii=False, separators=(",", ":"))
         headers = signed_headers(delivery.delivery_id, body, settings.secret)
+        # TLS still checks the certificate against the URL's own host name.
+        extensions = {"sni_hostname": urlsplit(settings.url).hostname or ""}
         delivery.hand_off()
-        try:
-            response = self.client.post(settings.url, content=body.encode(), headers=headers)
-        except NOT_SENT as e:
-            return Outcome(OutcomeKind.RETRY, f"not sent: {type(e).__name__}")
-        except httpx.TimeoutException as e:
-            return Outcome(OutcomeKind.UNKNOWN, f"timed out after sending: {type(e).__name__}")
-        except httpx.TransportError as e:
-            return Outcome(OutcomeKind.UNKNOWN,
-                           f"connection lost after sending: {type(e).__name__}")
-        return classify(response)
+        refused = "no address"
+        for address in addresses:
+            url, headers["host"] = netrules.pinned(settings.url, address)
+            try:
+                response = self.client.post(url, content=body.encode(), headers=headers,
+                                            extensions=extensions)
+            except httpx.ConnectError as e:
+                refused = type(e).__name__  # nothing left: the next address may answer
+                continue
+            except NOT_SENT as e:  # a timeout spends the lease: no next address
+                return Outcome(OutcomeKind.RETRY, f"not sent: {type(e).__name__}")
+            except httpx.TimeoutException as e:
+                return Outcome(OutcomeKind.UNKNOWN,
+                               f"timed out after sending: {type(e).__name__}")
+            except httpx.TransportError as e:
+                return Outcome(OutcomeKind.UNKNOWN,
+                               f"connection lost after sending: {type(e).__name__}")
+            return classify(response)
+        return Outcome(OutcomeKind.RETRY, f"not sent: {refused}")

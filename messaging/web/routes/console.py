@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 
 from messaging.errors import not_found
 from messaging.service import rendering
+from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
 
 router = APIRouter(tags=["console"])
@@ -47,7 +48,7 @@ async def console_asset(asset: str) -> Response:
     return _file(asset, ASSETS[asset])
 
 
-@router.get("/v1/threads/{thread_id}/rendered")
+@router.get("/v1/threads/{thread_id}/rendered", response_model=answers.RenderedThread)
 async def rendered_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
     """A thread as the caller may see it, each message with sanitized ``body_html``."""
     return ok(await rendering.rendered_thread(svc.store, who, thread_id))

@@ -9,13 +9,14 @@ from fastapi.responses import JSONResponse
 
 from messaging.models import InboxQuery, SendIn
 from messaging.service import human
-from messaging.web import metrics
+from messaging.web import answers, metrics
 from messaging.web.deps import Svc, Who, ok
 
 router = APIRouter(tags=["human"])
 
 
-@router.post("/v1/projects/{project_id}/messages", status_code=201)
+@router.post("/v1/projects/{project_id}/messages", status_code=201, response_model=answers.Sent,
+             responses=answers.REPLAY)
 async def send_as_human(project_id: str, body: SendIn, svc: Svc, who: Who) -> JSONResponse:
     """Send as the project's human (always wake)."""
     sent = metrics.count_sent(await human.send_as_human(svc.store, svc.settings, svc.publisher,
@@ -23,7 +24,7 @@ async def send_as_human(project_id: str, body: SendIn, svc: Svc, who: Who) -> JS
     return ok(sent.body, sent.status)
 
 
-@router.get("/v1/projects/{project_id}/human/inbox")
+@router.get("/v1/projects/{project_id}/human/inbox", response_model=answers.InboxPage)
 async def human_inbox(project_id: str, q: Annotated[InboxQuery, Query()], svc: Svc,
                       who: Who) -> JSONResponse:
     """A page of the human inbox, oldest first."""

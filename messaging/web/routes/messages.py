@@ -12,14 +12,10 @@ from messaging.service import reading, sending
 from messaging.web import answers, metrics
 from messaging.web.deps import Svc, Who, ok
 
-# A send repeated with its idempotency key answers 200 with the stored result.
-REPLAY: dict[int | str, dict[str, object]] = {
-    200: {"model": answers.Sent, "description": "an idempotent replay"}}
-
 router = APIRouter(tags=["messages"])
 
 
-@router.post("/v1/messages", status_code=201, response_model=answers.Sent, responses=REPLAY)
+@router.post("/v1/messages", status_code=201, response_model=answers.Sent, responses=answers.REPLAY)
 async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
     """Admit a message."""
     sent = metrics.count_sent(await sending.send(svc.store, svc.settings, svc.publisher, who,
@@ -28,7 +24,7 @@ async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
 
 
 @router.post("/v1/messages/{message_id}/reply", status_code=201, response_model=answers.Sent,
-             responses=REPLAY)
+             responses=answers.REPLAY)
 async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> JSONResponse:
     """Reply in the message's thread, to its sender."""
     sent = metrics.count_sent(await sending.reply(svc.store, svc.settings, svc.publisher, who,

@@ -45,7 +45,8 @@ async def close_agent(project_id: str, agent_id: str, svc: Svc, who: Who) -> JSO
     return ok(await directory.set_status(svc.store, who, project_id, agent_id, "closed"))
 
 
-@router.post("/v1/projects/{project_id}/agents/{agent_id}/token", status_code=201)
+@router.post("/v1/projects/{project_id}/agents/{agent_id}/token", status_code=201,
+             response_model=answers.AgentRegistered)
 async def rotate_token(project_id: str, agent_id: str, svc: Svc, who: Who) -> JSONResponse:
     """A new token for the agent; the old one stops working at once (project token)."""
     return ok(await directory.rotate_token(svc.store, who, project_id, agent_id), 201)
