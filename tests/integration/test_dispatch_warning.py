@@ -2,7 +2,8 @@
 
 An answer waits briefly for the publish of the batch carrying its own
 deliveries: a send while the broker is up has no "dispatch deferred" warning,
-and the very first send after the broker dies has it.
+the very first send after the broker dies has it, and once it is back the
+sends have it no more.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from messaging.runtime.embedded import EmbeddedStore
-from tests.stack import free_port, make_stack
+from tests.stack import free_port, make_stack, wait_until
 
 DEFERRED = "dispatch deferred"
 
@@ -40,6 +41,13 @@ def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path
         assert _deferred(first), first["delivery"]["warnings"]
         second = alice.send(["Bob"], "second", "x")
         assert _deferred(second)
+        # Back up: the warning goes with the first send published again, and
+        # no later send carries it.
+        broker.start()
+        wait_until(lambda: not _deferred(alice.send(["Bob"], "after", "x")), 30, 0.5,
+                   "a send without the warning once the broker is back")
+        again = [alice.send(["Bob"], f"back up {n}", "x") for n in range(3)]
+        assert [_deferred(s) for s in again] == [[], [], []]
         alice.close()
     finally:
         stack.stop()
