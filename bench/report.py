@@ -146,9 +146,23 @@ def fairness_rows(r: Json) -> list[Row]:
     return rows
 
 
+def streams_rows(r: Json) -> list[Row]:
+    """Sends and inbox reads beside many open event streams, against none open."""
+    base = "no stream open"
+    rows = []
+    for what in ("send", "read"):
+        quiet, busy = r[what]["quiet"], r[what]["streams"]
+        label = f"with {r['streams']} streams"
+        rows += [
+            _row("streams", f"{what}s/s {label}", busy["per_s"], quiet["per_s"], base),
+            _row("streams", f"{what} p99 ms {label}", busy["p99_ms"], quiet["p99_ms"], base),
+        ]
+    return rows
+
+
 ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
-        "fairness": fairness_rows}
+        "fairness": fairness_rows, "streams": streams_rows}
 
 
 def rows(results: Json) -> list[Row]:

@@ -6,7 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.context import Context
-from bench.scenarios import admission, delivery, end_to_end, fairness, scale, search, stack
+from bench.scenarios import (
+    admission,
+    delivery,
+    end_to_end,
+    fairness,
+    scale,
+    search,
+    stack,
+    streams,
+)
 
 Scenario = Callable[[Context], dict[str, Any]]
 
@@ -18,4 +27,5 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": scale.run,
     "search": search.run,
     "fairness": fairness.run,
+    "streams": streams.run,
 }
