@@ -3,8 +3,9 @@
 Sends and inbox reads at fixed concurrency with no stream open, then the same
 with 4 streams on each of 30 agents of the project and one stream in each of
 150 other projects, all held open by a reader in this process and counting
-the ``message`` events they get. The streams must see the mail sent to their
-agents, and every send and read must answer 2xx, or the run is void.
+the ``message`` events they get. Every stream must see mail sent to its
+agent (one message goes into each other project), and every send and read
+must answer 2xx, or the run is void.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bench.population import inbox_request, populate, ring, ring_sends
 from bench.procs import wait_for
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, RunVoid, admitted, check_exactly_once, wait_delivered
+from messaging.client import CourierClient
 
 AGENTS = 30
 PER_AGENT = 4  # the most an agent may hold open
@@ -92,7 +94,8 @@ def run(ctx: Context) -> dict[str, Any]:
         c.start_worker()
         pop = populate(url, c.operator_token, ring(AGENTS))
         ctx.say(f"streams: {OTHER_PROJECTS} other projects")
-        others = [populate(url, c.operator_token, ["Solo"]) for _ in range(OTHER_PROJECTS)]
+        others = [populate(url, c.operator_token, ["Solo", "Peer"])
+                  for _ in range(OTHER_PROJECTS)]
         sends = ring_sends(pop)
         reads = [inbox_request(a, 0, 10) for a in pop.agents]
 
@@ -106,7 +109,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
         quiet_send, quiet_read = load("no stream open")
         tokens = [a.token for a in pop.agents for _ in range(PER_AGENT)]
-        tokens += [o.agents[0].token for o in others]
+        tokens += [o.agent("Solo").token for o in others]
         with Streams(url, tokens) as streams:
             wait_for(lambda: streams.opened + len(streams.failures) == len(tokens),
                      OPEN_TIMEOUT_S, "every stream to open")
@@ -118,8 +121,13 @@ def run(ctx: Context) -> dict[str, Any]:
                 wait_delivered(r, pop.project_id, messages, s.drain_timeout_s, "streams")
                 inboxes = Counter(aid for m in messages for _, aid in m.deliveries)
                 check_exactly_once(r, pop.project_id, messages, "streams", dict(inboxes))
-            wait_for(lambda: all(streams.messages[a.token] for a in pop.agents), 30,
-                     "every agent's streams to see its mail")
+            # One message into each other project: every project's reader works,
+            # however many projects have a stream open.
+            for o in others:
+                with CourierClient(url, o.agent("Peer").token) as peer:
+                    peer.send(["Solo"], "Bench: ping", "ping")
+            wait_for(lambda: all(streams.messages[t] for t in set(tokens)), 30,
+                     "every stream's agent to see its mail")
             if streams.failures:
                 raise RunVoid(f"streams broke under load: {streams.failures[:3]}")
             seen = sum(streams.messages.values())

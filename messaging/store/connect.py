@@ -29,6 +29,9 @@ STORE_OPTIONS: dict[str, Any] = {
 # Connections of one asyncio client, and how long a request waits for a free one.
 POOL_CONNECTIONS = 100
 POOL_WAIT_S = 5.0
+# Connections for blocking reads: one per project with an event stream open on
+# this API process (each project's reader holds one while it waits).
+WAIT_CONNECTIONS = 1000
 
 SyncClient = redis.Redis | RedisCluster
 AsyncClient = aioredis.Redis | AsyncRedisCluster
@@ -71,17 +74,17 @@ def sync_client(url: str, **options: Any) -> SyncClient:
     return redis.Redis.from_url(url, **settings)
 
 
-def async_client(url: str, **options: Any) -> AsyncClient:
+def async_client(url: str, connections: int = POOL_CONNECTIONS, **options: Any) -> AsyncClient:
     """An asyncio client of the store at ``url`` (the API).
 
-    On one server, a request that finds every connection busy waits for one
+    On one server, a request that finds all ``connections`` busy waits for one
     (up to ``POOL_WAIT_S``) instead of failing: a burst of requests queues.
     """
     settings = {**STORE_OPTIONS, **options}
     if is_cluster(url):
         return AsyncRedisCluster.from_url(node_url(url), **settings)
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_S, **settings)
+        url, max_connections=connections, timeout=POOL_WAIT_S, **settings)
     return aioredis.Redis(connection_pool=pool)
 
 

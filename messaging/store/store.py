@@ -49,7 +49,8 @@ class Store:
     @classmethod
     def from_url(cls, url: str) -> Store:
         """A store on new connections to ``url`` (one server or a cluster)."""
-        return cls(connect.async_client(url), connect.async_client(url))
+        return cls(connect.async_client(url),
+                   connect.async_client(url, connections=connect.WAIT_CONNECTIONS))
 
     async def close(self) -> None:
         """Close the connection pools."""
