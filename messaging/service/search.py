@@ -25,7 +25,8 @@ def _bounds(q: SearchQuery) -> tuple[str, str]:
     """The (upper, lower) score bounds of a page: cursor, until, since."""
     hi = "+inf" if q.until is None else str(score_bound_ms(_ms(q.until), upper=True))
     if q.cursor:
-        if not q.cursor.isdigit() or len(q.cursor) > CURSOR_DIGITS_MAX:
+        # ASCII only: str.isdigit() also takes "²" or "١٢", which the store refuses as a score.
+        if not (q.cursor.isascii() and q.cursor.isdigit()) or len(q.cursor) > CURSOR_DIGITS_MAX:
             raise invalid("cursor", "pass back a next_cursor this API returned")
         if hi == "+inf" or int(q.cursor) <= int(hi):
             hi = f"({q.cursor}"

@@ -145,3 +145,15 @@ def test_a_bad_inbox_cursor_is_a_clear_4xx(project: Project, cursor: str):
     response = bob.api.http.get("/v1/agents/me/inbox", params={"cursor": cursor})
     assert response.status_code == 422, response.text
     assert response.json()["error"]["details"]["field"] == "cursor"
+
+
+@pytest.mark.parametrize("cursor", ["²", "١٢", "٣", "𝟙", "9" * 40, "-1"])
+@pytest.mark.parametrize("route", ["agent", "project"])
+def test_a_bad_search_cursor_is_a_clear_4xx(project: Project, route: str, cursor: str):
+    if route == "agent":
+        http, path = project.agent("Bob").api.http, "/v1/agents/me/search"
+    else:
+        http, path = project.admin.http, f"/v1/projects/{project.project_id}/search"
+    response = http.get(path, params={"cursor": cursor})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"]["field"] == "cursor"
