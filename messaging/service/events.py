@@ -18,6 +18,11 @@ Events:
     resync       (no id) events after the client's Last-Event-ID may have been
                  trimmed from the stream: read the inbox to catch up
 Comments (``: ping``) are heartbeats.
+
+A stream ends once its agent's token no longer admits it (rotated, or the
+agent retired or closed): the agent's live token is read before each batch of
+entries is sent and at each renewal, so no entry written after the token
+changed reaches the stream.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from sse_starlette import ServerSentEvent
 from messaging.errors import CourierError, invalid
 from messaging.service import reading
 from messaging.service.caller import Caller
+from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
 from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
@@ -52,6 +58,7 @@ STREAMS_PER_AGENT = 4
 STREAM_LEASE_MS = 60_000
 STREAM_RENEW_S = 20.0
 STREAM_RETRY_AFTER_S = 5
+REVOKED_COMMENT = "the token of this stream no longer admits it: the stream ends"
 RESYNC_REASON = ("events after this id may have been trimmed from the stream; read the inbox "
                  "to catch up")
 
@@ -196,14 +203,30 @@ async def claim(store: Store, caller: Caller, stream: str) -> None:
             headers={"Retry-After": str(STREAM_RETRY_AFTER_S)})
 
 
+async def _live_token(store: Store, project_id: str, agent_id: str) -> str | None:
+    """The hash of the agent's live token: rotating changes it, retiring or closing drops it."""
+    found = await store.client.get(keys.agent_token(project_id, agent_id))
+    return str(found) if found else None
+
+
+def _batch(listener: Listener, first: tuple[str, Json]) -> list[tuple[str, Json]]:
+    """``first`` and every entry queued behind it now."""
+    batch = [first]
+    while not listener.entries.empty():
+        batch.append(listener.entries.get_nowait())
+    return batch
+
+
 async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
                  ) -> AsyncIterator[ServerSentEvent]:
-    """The caller's events after ``after``, as they come, until the client leaves.
+    """The caller's events after ``after``, as they come, until the client leaves
+    or its token no longer admits it.
 
     ``stream`` holds a slot (``claim``), renewed while open and given back at the end.
     """
     project_id, agent_id = caller.require_agent()
     listener = Listener(agent_id, after)
+    token = await _live_token(store, project_id, agent_id)
     try:
         yield ServerSentEvent(comment=f"courier events after {after}")
         if await store.live.trimmed_past(project_id, agent_id, after):
@@ -213,11 +236,19 @@ async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
         renew_at = time.monotonic() + STREAM_RENEW_S
         while not listener.overflowed:
             try:
-                entry_id, fields = await asyncio.wait_for(listener.entries.get(), STREAM_RENEW_S)
-                yield await render(store, caller, entry_id, fields)
+                first = await asyncio.wait_for(listener.entries.get(), STREAM_RENEW_S)
+                batch = _batch(listener, first)
             except TimeoutError:
-                pass
-            if time.monotonic() >= renew_at:
+                batch = []
+            due = time.monotonic() >= renew_at
+            # One read per batch: the batch was written to the stream before this read, so
+            # while the token still admits, none of it came after a revocation.
+            if (batch or due) and await _live_token(store, project_id, agent_id) != token:
+                yield ServerSentEvent(comment=REVOKED_COMMENT)
+                return
+            for entry_id, fields in batch:
+                yield await render(store, caller, entry_id, fields)
+            if due:
                 await store.live.claim_stream(project_id, agent_id, stream, now_us() // 1000,
                                               STREAM_LEASE_MS, STREAMS_PER_AGENT)
                 renew_at = time.monotonic() + STREAM_RENEW_S

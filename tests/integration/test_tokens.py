@@ -2,12 +2,15 @@
 
 Retiring or closing an agent revokes its token at once: every face answers
 401 from then on. Rotation issues a new token and revokes the old one, and a
-second API process refuses the revoked token too.
+second API process refuses the revoked token too. An event stream opened with
+a token ends once that token is rotated or its agent retired, and shows no mail
+that came after.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -17,6 +20,8 @@ from tests.integration.conftest import Agent, Project
 MCP_ACCEPT = "application/json, text/event-stream"
 # How long another API process may still trust a token's cached scope.
 TOKEN_CACHE_S = 1.0
+# An idle open stream checks its token when it renews its slot (messaging.service.events).
+STREAM_RENEW_S = 20.0
 
 
 def _faces(url: str, token: str) -> dict[str, int]:
@@ -75,3 +80,37 @@ def test_a_retired_agent_gets_no_new_token(project: Project):
     project.admin.http.post(f"/v1/projects/{project.project_id}/agents/{alice.id}/retire")
     got = project.admin.http.post(f"/v1/projects/{project.project_id}/agents/{alice.id}/token")
     assert got.status_code == 422 and got.json()["error"]["details"]["field"] == "agent_id"
+
+
+def _events_until_end(lines: Iterator[str], within_s: float) -> list[str] | None:
+    """The event names a stream sends until it ends or shows a message (None: still open)."""
+    names: list[str] = []
+    end = time.monotonic() + within_s
+    for line in lines:  # heartbeats come every 15 s: the deadline is checked
+        if line.startswith("event:"):
+            names.append(line.partition(":")[2].strip())
+            if names[-1] == "message":
+                return names
+        if time.monotonic() > end:
+            return None
+    return names
+
+
+# A rotated token's stream ends when the next mail comes; a retired agent gets no mail, so
+# its stream ends when it next renews its slot.
+@pytest.mark.parametrize(("action", "sent_status", "within_s"), [
+    ("token", 201, 15), ("retire", 422, STREAM_RENEW_S + 10)])
+def test_an_open_stream_ends_once_its_token_stops_admitting(
+        project: Project, action: str, sent_status: int, within_s: float):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    with bob.api.http.stream("GET", "/v1/agents/me/events",
+                             timeout=httpx.Timeout(10, read=30)) as events:
+        lines = events.iter_lines()
+        assert next(lines).startswith(": courier events after ")
+        done = project.admin.http.post(
+            f"/v1/projects/{project.project_id}/agents/{bob.id}/{action}")
+        assert done.is_success, done.text
+        sent = alice.api.http.post("/v1/messages", json={
+            "to": [bob.id], "subject": f"After {action}", "body_md": "x"})
+        assert sent.status_code == sent_status, sent.text
+        assert _events_until_end(lines, within_s) == []
