@@ -6,11 +6,13 @@ import asyncio
 import difflib
 import hashlib
 import json
+from collections.abc import Awaitable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+from prometheus_client import Counter
 
 from messaging import ids
 from messaging.config import Settings
@@ -63,6 +65,11 @@ WARN_PENDING = (
 )
 WARN_HELD = "{r}: held; the recipient's user sees it first and releases or declines it"
 NOTE_STORED = "storage is not task acceptance"
+# Every face's sends (REST, MCP, subscriptions with a message, the human's) come through
+# send() or reply(), so they are counted here and only here. A request refused before it
+# reaches them (gate: 401, 429; schema: 422) is no admission (see messaging.web.guard).
+ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the send service, "
+                     "by outcome (admitted, replayed) or error code", ["outcome"])
 
 
 class Dispatcher(Protocol):
@@ -92,6 +99,17 @@ class Sent:
 
     status: int
     body: Json
+
+
+async def _counted(admission: Awaitable[Sent]) -> Sent:
+    """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome."""
+    try:
+        sent = await admission
+    except CourierError as exc:
+        ADMISSIONS.labels(outcome=exc.code).inc()
+        raise
+    ADMISSIONS.labels(outcome="replayed" if sent.status == 200 else "admitted").inc()
+    return sent
 
 
 def fingerprint(operation: str, request: Json) -> str:
@@ -197,13 +215,19 @@ def _policy(body: SendIn, req: Json) -> tuple[str, bool]:
 
 async def send(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    operation: str = "send", in_reply_to: str | None = None,
 ) -> Sent:
-    """Admit a message: all recipients or nothing; publish its deliveries.
+    """Admit a message: all recipients or nothing; publish its deliveries; counted.
 
     Raises:
         CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
     """
+    return await _counted(_admit(store, settings, dispatcher, caller, body))
+
+
+async def _admit(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    operation: str = "send", in_reply_to: str | None = None,
+) -> Sent:
     project_id, sender_id = caller.require_agent()
     _validate(settings, body)
     sender = await store.identity(project_id, sender_id)
@@ -328,11 +352,18 @@ async def reply(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
     message_id: str, body: ReplyIn,
 ) -> Sent:
-    """Reply to a message: same thread, ``Re:`` subject, to the original sender.
+    """Reply to a message: same thread, ``Re:`` subject, to the original sender; counted.
 
     Raises:
         CourierError: NOT_FOUND unless the caller sent or received the message.
     """
+    return await _counted(_reply(store, settings, dispatcher, caller, message_id, body))
+
+
+async def _reply(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    message_id: str, body: ReplyIn,
+) -> Sent:
     project_id, agent_id = caller.require_agent()
     record = await store.get_message(project_id, message_id) if ids.project_of(
         message_id) == project_id else None
@@ -356,6 +387,6 @@ async def reply(
     send_body = SendIn.model_validate_json(
         json.dumps({**fields, "to": [label(sender)], "thread_id": original["thread_id"]})
     )
-    return await send(
+    return await _admit(
         store, settings, dispatcher, caller, send_body, operation="reply", in_reply_to=message_id
     )

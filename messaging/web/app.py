@@ -26,7 +26,7 @@ from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
-from messaging.web import metrics, openapi
+from messaging.web import openapi
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.guard import Gate
@@ -52,15 +52,8 @@ FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
                    413: "BODY_TOO_LARGE", 422: "INVALID_ARGUMENT"}
 
 
-def _is_send(request: Request) -> bool:
-    path = request.url.path
-    return request.method == "POST" and (path == "/v1/messages" or path.endswith("/reply"))
-
-
 async def _courier_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CourierError)
-    if _is_send(request):
-        metrics.count_admission(exc.code)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 

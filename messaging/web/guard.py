@@ -3,11 +3,14 @@
 A request with a valid token spends from that token's bucket; a request
 without one (none, malformed or unknown) spends from its client address's
 bucket, so a flood of bad tokens never holds back a valid token from the same
-address. A 401 names the Bearer scheme.
+address. A 401 names the Bearer scheme. Every refusal is counted here, by
+code, whatever the face (``courier_gate_refusals``); a refused send never
+reaches the send service, so it is no admission.
 """
 
 from __future__ import annotations
 
+from prometheus_client import Counter
 from starlette.types import Scope
 
 from messaging import ids
@@ -15,6 +18,9 @@ from messaging.errors import CourierError
 from messaging.service.caller import Caller, authenticate
 from messaging.store.store import Store
 from messaging.web.ratelimit import RateLimiter
+
+REFUSALS = Counter("courier_gate_refusals", "Requests the gate refused on any face (REST, SSE, "
+                   "subscriptions, MCP), by error code", ["code"])
 
 
 class Gate:
@@ -32,6 +38,13 @@ class Gate:
         Raises:
             CourierError: UNAUTHENTICATED (with ``WWW-Authenticate``) or RATE_LIMITED.
         """
+        try:
+            return await self._admit(token, address)
+        except CourierError as exc:
+            REFUSALS.labels(code=exc.code).inc()
+            raise
+
+    async def _admit(self, token: str | None, address: str) -> Caller:
         try:
             caller = await authenticate(self.store, self.operator_token, token)
         except CourierError as exc:

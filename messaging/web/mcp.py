@@ -44,7 +44,6 @@ from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller, bearer
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
-from messaging.web import metrics
 from messaging.web.guard import Gate, client_address
 
 Json = dict[str, Any]
@@ -106,11 +105,8 @@ def _result(body: Json, *, error: bool = False) -> CallToolResult:
                           structured_content=body, is_error=error)
 
 
-async def run_tool(ctx: Context, call: Call, *, sends: bool = False) -> CallToolResult:
-    """Run one service call as the request's agent; its JSON, or its error as a tool error.
-
-    A call that ``sends`` has its refusals counted among admissions, like a REST send.
-    """
+async def run_tool(ctx: Context, call: Call) -> CallToolResult:
+    """Run one service call as the request's agent; its JSON, or its error as a tool error."""
     request: Any = ctx.request_context.request  # the HTTP request that carried this call
     scope = request.scope
     caller: Caller = scope[CALLER_SCOPE_KEY]
@@ -126,8 +122,6 @@ async def run_tool(ctx: Context, call: Call, *, sends: bool = False) -> CallTool
         error = store_full()
     except STORE_DOWN:
         error = store_unavailable()
-    if sends:
-        metrics.count_admission(error.code)
     return _result(error.body(), error=True)
 
 
@@ -143,10 +137,6 @@ def short_subject(text: str) -> str:
     if len(first) > SHORT_SUBJECT_MAX:
         first = first[: SHORT_SUBJECT_MAX - 1].rstrip() + "…"
     return first or "(no subject)"
-
-
-def _sent(sent: sending.Sent) -> Json:
-    return metrics.count_sent(sent).body
 
 
 # What each argument means, for the input schemas (limits and enums come from the models).
@@ -177,7 +167,6 @@ TWIN_MODELS: dict[str, type[BaseModel]] = {
     "send_message": SendIn, "reply_message": ReplyIn, "fetch_inbox": InboxQuery,
     "subscribe_idle": SubscriptionIn, "set_presence": PresenceIn,
 }
-SEND_TOOLS = ("send_message", "reply_message", "send")
 
 
 def _inline(schema: Json, defs: Json) -> Json:
@@ -229,8 +218,6 @@ class CourierMCP(MCPServer):
             except ValidationError as exc:
                 message, details = invalid_argument_details(exc.errors())
                 error = CourierError("INVALID_ARGUMENT", message, details)
-                if name in SEND_TOOLS:
-                    metrics.count_admission(error.code)
                 return _result(error.body(), error=True)
         return await super().call_tool(name, arguments, context)
 
@@ -260,9 +247,9 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
 
         async def call(svc: Services, who: Caller) -> Json:
             body = SendIn.model_validate_json(json.dumps(fields))
-            return _sent(await sending.send(svc.store, svc.settings, svc.publisher, who, body))
+            return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
 
-        return await run_tool(ctx, call, sends=True)
+        return await run_tool(ctx, call)
 
     @server.tool(description="Reply to a message in its thread, to its sender "
                              "(POST /v1/messages/{id}/reply).")
@@ -278,10 +265,10 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
 
         async def call(svc: Services, who: Caller) -> Json:
             body = ReplyIn.model_validate_json(json.dumps(fields))
-            return _sent(await sending.reply(svc.store, svc.settings, svc.publisher, who,
-                                             message_id, body))
+            return (await sending.reply(svc.store, svc.settings, svc.publisher, who,
+                                        message_id, body)).body
 
-        return await run_tool(ctx, call, sends=True)
+        return await run_tool(ctx, call)
 
     @server.tool(description="Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the "
                              "next_cursor of the last call back as cursor to get only what "
@@ -376,14 +363,14 @@ def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
             if notify_when_idle:
                 wanted = SubscriptionIn.model_validate_json(
                     json.dumps({"target": to, "message": fields}))
-                sub = metrics.count_sent(await subscriptions.subscribe(
-                    svc.store, svc.settings, svc.publisher, who, wanted))
+                sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
+                                                    wanted)
                 sent: Json = sub.body.pop("message")
                 return {**sent, "subscription": sub.body}
             body = SendIn.model_validate_json(json.dumps({**fields, "to": [to]}))
-            return _sent(await sending.send(svc.store, svc.settings, svc.publisher, who, body))
+            return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
 
-        return await run_tool(ctx, call, sends=True)
+        return await run_tool(ctx, call)
 
     @server.tool(description="Tell Courier whether you are busy, idle, exited or source_lost "
                              "(PUT /v1/agents/me/presence); going idle sends the idle notices "

@@ -1,6 +1,9 @@
 """``GET /metrics``: Prometheus text.
 
-Admissions are counted by each API process. Delivery figures come from the
+Sends are counted where every face's sends pass, the send service
+(``courier_admissions``, ``messaging.service.sending``), and requests the gate
+refuses where every face's requests pass, the gate (``courier_gate_refusals``,
+``messaging.web.guard``); both by each API process. Delivery figures come from the
 store's per-project counters (``keys.stats``), which every worker on every
 machine writes in the same scripts that record outcomes, so any API process
 shows the whole deployment. Queue depths are read from the broker.
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -18,13 +21,10 @@ from prometheus_client.core import (
     Metric,
 )
 
-from messaging.service.sending import Sent
 from messaging.store import keys
 from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
 
-ADMISSIONS = Counter("courier_admissions", "Sends and replies answered, by outcome or error code",
-                     ["outcome"])
 OUTCOMES = ("accepted", "rejected", "failed", "unknown")
 # Used memory this close to maxmemory counts as full: a send needs a few KB.
 FULL_MARGIN_BYTES = 64 * 1024
@@ -131,16 +131,3 @@ def render(totals: dict[str, int], due: int, depths: dict[str, int],
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Snapshot(totals, due, depths, memory, backlogs))
     return generate_latest(REGISTRY) + generate_latest(registry)
-
-
-def count_admission(outcome: str) -> None:
-    """Count one answered send or reply."""
-    ADMISSIONS.labels(outcome=outcome).inc()
-
-
-def count_sent(sent: Sent) -> Sent:
-    """Count one send or reply answered with success (201 new, 200 replayed); returns it."""
-    count_admission("replayed" if sent.status == 200 else "admitted")
-    return sent
-
-

@@ -167,3 +167,50 @@ def test_mcp_sends_are_counted_in_admissions(project: Project):
         answer = mcp_call(project.stack.api_url, alice.row["token"], tool, args)
         assert answer.status_code == 200 and not answer.json()["result"]["isError"], answer.text
     assert _admitted(project.stack) == before + 2
+
+
+def _counts(stack: Stack, family: str) -> dict[str, float]:
+    """A counter family's values by its one label, from /metrics."""
+    text = httpx.get(stack.api_url + "/metrics").text
+    pattern = rf'^{family}_total\{{\w+="([^"]+)"\}} (\S+)$'
+    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.M)}
+
+
+def _moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def test_rest_and_mcp_sends_move_admissions_alike(lproject: Project):
+    alice, _ = _register(lproject, "Alice"), _register(lproject, "Bob")
+    stack, url, token = lproject.stack, lproject.stack.api_url, alice.row["token"]
+    send = {"to": ["Bob"], "subject": "s", "body_md": "x"}
+    rest = [("POST", f"{url}/v1/messages",
+             {"headers": {"Authorization": f"Bearer {token}"}, "json": send})] * 4 * RATE_PER_S
+    faces = {"rest": lambda: burst(rest),
+             "mcp": lambda: mcp_burst(url, token, [("send_message", send)] * 4 * RATE_PER_S)}
+    for face, run in faces.items():
+        before = (_counts(stack, "courier_admissions"), _counts(stack, "courier_gate_refusals"))
+        answers = run()
+        limited = _refused(answers)
+        assert limited, (face, [r.status_code for r in answers])
+        admitted = len(answers) - len(limited)
+        assert _moved(before[0], _counts(stack, "courier_admissions")) == {
+            "admitted": admitted}, face
+        assert _moved(before[1], _counts(stack, "courier_gate_refusals")) == {
+            "RATE_LIMITED": len(limited)}, face
+        time.sleep(1.1)
+
+
+def test_a_subscription_with_a_message_counts_as_an_admission(lproject: Project):
+    alice, _ = _register(lproject, "Alice"), _register(lproject, "Bob")
+    stack = lproject.stack
+    message = {"subject": "s", "body_md": "x"}
+    before = _counts(stack, "courier_admissions")
+    made = alice.api.http.post("/v1/subscriptions", json={"target": "Bob", "message": message})
+    assert made.status_code == 201, made.text
+    assert _moved(before, _counts(stack, "courier_admissions")) == {"admitted": 1}
+    before = _counts(stack, "courier_admissions")
+    answer = mcp_call(stack.api_url, alice.row["token"], "subscribe_idle",
+                      {"target": "Bob", "message": message})
+    assert not answer.json()["result"]["isError"], answer.text
+    assert _moved(before, _counts(stack, "courier_admissions")) == {"admitted": 1}
