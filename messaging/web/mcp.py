@@ -6,13 +6,15 @@ bearer token; ``BearerAgent`` admits it through the same gate as the HTTP API
 (authentication, rate limits) and hands the caller to the tools through the request. Each tool is a
 thin wrapper over the service function of its HTTP twin and returns the same
 JSON (as text and as structured content); an error comes back as a tool error
-(``isError``) carrying the API's error object.
+(``isError``) carrying the API's error object, an unexpected failure included
+(``INTERNAL``, logged), never as the SDK's bare text.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -47,6 +49,7 @@ from messaging.store.store import Store
 from messaging.web.guard import Gate, client_address
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 CALLER_SCOPE_KEY = "courier.caller"
@@ -105,6 +108,15 @@ def _result(body: Json, *, error: bool = False) -> CallToolResult:
                           structured_content=body, is_error=error)
 
 
+def internal_error() -> Json:
+    """The error object of a failure nothing expected (a Courier bug); the log has the rest."""
+    # Not a CourierError code: no HTTP answer carries it (REST answers such a failure 500).
+    return {"persisted": False, "error": {
+        "code": "INTERNAL", "details": {},
+        "message": "Courier failed unexpectedly and logged it; retry later (a send with its "
+                   "idempotency_key)"}}
+
+
 async def run_tool(ctx: Context, call: Call) -> CallToolResult:
     """Run one service call as the request's agent; its JSON, or its error as a tool error."""
     request: Any = ctx.request_context.request  # the HTTP request that carried this call
@@ -122,6 +134,9 @@ async def run_tool(ctx: Context, call: Call) -> CallToolResult:
         error = store_full()
     except STORE_DOWN:
         error = store_unavailable()
+    except Exception:
+        log.exception("an MCP tool call failed unexpectedly")
+        return _result(internal_error(), error=True)
     return _result(error.body(), error=True)
 
 
@@ -160,12 +175,15 @@ ARGUMENT_HELP = {
     "message": "Send fields (without to) of a message to the target now",
     "ttl_s": "Seconds to wait before an expired notice", "state": "Your presence",
     "message_text": "The text", "notify_when_idle": "Get a notice once the recipient is idle",
-    "q": "Words to search for",
+    "q": "Words to search for", "sender": "Only mail from this agent name",
+    "since": "Only mail sent at or after this time (RFC 3339)",
+    "until": "Only mail sent at or before this time (RFC 3339)",
 }
 # The HTTP twin's model of each tool, whose schema gives its fields' enums and limits.
 TWIN_MODELS: dict[str, type[BaseModel]] = {
     "send_message": SendIn, "reply_message": ReplyIn, "fetch_inbox": InboxQuery,
     "subscribe_idle": SubscriptionIn, "set_presence": PresenceIn,
+    "search_messages": SearchQuery,
 }
 
 
@@ -182,7 +200,8 @@ def _inline(schema: Json, defs: Json) -> Json:
 def strict_schema(name: str, schema: Json) -> Json:
     """A tool's input schema: unknown arguments refused, each field described and bounded."""
     twin = TWIN_MODELS.get(name)
-    twin_schema = twin.model_json_schema() if twin else {}
+    # By field name: a tool's arguments are the model's field names (``sender``, not ``from``).
+    twin_schema = twin.model_json_schema(by_alias=False) if twin else {}
     defs = twin_schema.get("$defs", {})
     properties = {}
     for field, prop in schema.get("properties", {}).items():

@@ -57,6 +57,15 @@ def test_a_mistyped_argument_is_a_tool_error_with_the_error_object(project: Proj
         assert (error["code"], error["details"]["field"]) == ("INVALID_ARGUMENT", field), tool
 
 
+def test_a_bad_search_cursor_is_a_tool_error_with_the_error_object(project: Project):
+    alice = project.agent("Alice")
+    for cursor in ["²", "١٢", "𝟙"]:
+        result = call(project, alice.row["token"], "search_messages", {"cursor": cursor})
+        assert result["isError"] is True, result
+        error = result["structuredContent"]["error"]
+        assert (error["code"], error["details"]["field"]) == ("INVALID_ARGUMENT", "cursor")
+
+
 def test_input_schemas_are_strict_and_describe_each_field(project: Project):
     alice = project.agent("Alice")
     listed = rpc(project, alice.row["token"], "tools/list")["result"]["tools"]
@@ -70,6 +79,11 @@ def test_input_schemas_are_strict_and_describe_each_field(project: Project):
     assert "enum" in str(send["importance"]) and "urgent" in str(send["importance"])
     assert send["to"]["maxItems"] >= 1 and send["to"]["minItems"] == 1
     assert tools["fetch_inbox"]["inputSchema"]["properties"]["limit"]["maximum"] >= 1
+    search = tools["search_messages"]["inputSchema"]["properties"]
+    assert search["limit"]["maximum"] >= 1 and search["limit"]["minimum"] == 1
+    assert "pattern" in str(search["topic"]) and "maxLength" in str(search["q"])
+    assert "maxLength" in str(search["sender"]) and "date-time" in str(search["since"])
+    assert search["cursor"]["description"] == "next_cursor of the previous page"
 
 
 def test_the_server_reports_courier_and_offers_tools_only(project: Project):
