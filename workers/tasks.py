@@ -19,6 +19,7 @@ from messaging.store.searchindex import index_messages
 from workers import transports
 from workers.app import app
 from workers.dispatch import Dispatcher
+from workers.transports.base import Transport
 
 log: logging.Logger = get_task_logger(__name__)
 
@@ -68,9 +69,10 @@ def deliver(transport: str, lane: str = "") -> str:
     """A ticket: one turn on this transport's queue (on a lane, the lane's).
 
     Serves the project whose turn it is (round robin over the projects with
-    ready deliveries), one batch (a tenth of one while other projects wait):
-    leases what is free of it, carries it, records outcomes. Returns what it
-    recorded, by outcome, for Flower.
+    ready deliveries): up to one batch, taken and carried a tenth of a batch at
+    a time, and only while no other project waits on the queue. Leases what is
+    free, carries it, records outcomes. Returns what it recorded, by outcome,
+    for Flower.
     """
     carrier = transports.get(transport)
     queue = carrier.queue(lane)
@@ -79,28 +81,55 @@ def deliver(transport: str, lane: str = "") -> str:
         if turn is None:
             return f"{queue}: nothing waiting"
         project_id, waiting = turn
-        # Alone on the queue, a project is served a whole batch; while others
-        # wait, a short turn, so no project holds the others up by much.
-        share = carrier.batch_size if waiting <= 1 else max(1, carrier.batch_size // SHARED_TURN)
-        taken = store().take_ready(project_id, transport, lane, share)
+        served = _turn(carrier, queue, lane, project_id, waiting)
+        if served is not None:
+            return served
+    return f"{queue}: nothing ready in {TURNS_PER_TICKET} turns"
+
+
+def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
+          waiting: int) -> str | None:
+    """One project's turn; None when it had nothing ready (or moved lanes)."""
+    transport = carrier.kind
+    # A project is served a tenth of a batch at a time (the transport's parallel
+    # deliveries at least); between two, a look at the ring: another project
+    # waiting ends the turn, so none waits behind more than one such step.
+    step = max(carrier.parallel, carrier.batch_size // SHARED_TURN, 1)
+    counts: Counter[str] = Counter()
+    done = 0
+    while True:
+        taken = store().take_ready(project_id, transport, lane,
+                                   min(step, carrier.batch_size - done))
         if taken.moved_to is not None:
             # The project moved to another lane since it joined this ring.
             store().ring_drop(queue, project_id)
             publisher().rehome(project_id, transport, taken.moved_to)
-            continue
-        short = bool(taken.left) and share < carrier.batch_size
-        if short or (taken.left == 0 and store().ring_leave(queue, project_id, transport)):
-            # A ticket for what a short turn left, or for mail made ready while
-            # the project was leaving the ring.
-            publisher().tickets(transport, lane, 1)
-        if not taken.delivery_ids:
-            continue
-        counts, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
-                                                                 taken.delivery_ids)
-        if leased:
-            index(project_id, leased)
-        return summary(transport, project_id, counts)
-    return f"{queue}: nothing ready in {TURNS_PER_TICKET} turns"
+            break
+        if taken.delivery_ids:
+            more, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
+                                                                   taken.delivery_ids)
+            if leased:
+                index(project_id, leased)
+            counts += more
+            done += len(taken.delivery_ids)
+        if not taken.left or done >= carrier.batch_size:
+            break
+        if waiting > 1 or store().ring_size(queue) > 1:
+            break
+    if taken.moved_to is None:
+        _after_turn(carrier, queue, lane, project_id, taken.left, done)
+    return summary(transport, project_id, counts) if done else None
+
+
+def _after_turn(carrier: Transport, queue: str, lane: str, project_id: str,
+                left: int, done: int) -> None:
+    """A ticket for what a short turn left (a whole batch has one from its
+    publisher already), or for mail made ready while the project left the ring."""
+    if left:
+        if done < carrier.batch_size:
+            publisher().tickets(carrier.kind, lane, 1)
+    elif store().ring_leave(queue, project_id, carrier.kind):
+        publisher().tickets(carrier.kind, lane, 1)
 
 
 def index(project_id: str, leased: list[Leased]) -> None:

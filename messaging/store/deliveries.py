@@ -211,6 +211,10 @@ class DeliveryStore:
         turn = self.scripts.ring_next(keys=[keys.ring(queue)], args=[])
         return (str(turn[0]), int(turn[1])) if turn else None
 
+    def ring_size(self, queue: str) -> int:
+        """How many projects have ready deliveries on a queue."""
+        return int(self.client.zcard(keys.ring(queue)))
+
     def ring_drop(self, queue: str, project_id: str) -> None:
         """Take a project out of a queue's ring (it moved to another lane)."""
         self.client.zrem(keys.ring(queue), project_id)

@@ -346,6 +346,40 @@ def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_s
         assert ahead <= 50, f"{ahead} of A's deliveries went before B's one"
 
 
+def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack):
+    # A alone is served whole batches, a tenth at a time. B's messages, sent
+    # at moments spread over A's drain, each wait for the steps under way (one
+    # per worker process), never for the rest of the batches they belong to.
+    with open_project(own_stack) as a, open_project(own_stack) as b:
+        a1, _ = a.agent("A1"), a.agent("A2")
+        b1, _ = b.agent("B1"), b.agent("B2")
+        backlog = [a1.api.send(["A2"], f"a{i}", "x")["delivery"]["observations"][0][
+            "delivery_id"] for i in range(1500)]
+        own_stack.start_worker(queues=queue_for("inbox"), beat=False)
+        with own_stack.redis() as r:
+            wait_until(lambda: int(r.hget(keys.stats(a.project_id), "outcome:accepted")
+                                   or 0) >= 100, timeout_s=60, interval_s=0.005,
+                       what="A's drain under way")
+            mine = []
+            for i in range(8):
+                mine.append(b1.api.send(["B2"], f"b{i}", "x")["delivery"]["observations"][0][
+                    "delivery_id"])
+                time.sleep(0.037)
+            wait_until(lambda: all(a1.api.delivery(d)["outcome"] for d in backlog[-5:])
+                       and all(b1.api.delivery(d)["outcome"] for d in mine), timeout_s=60,
+                       what="both drained")
+            pipe = r.pipeline(transaction=False)
+            for did in backlog:
+                pipe.hget(keys.delivery(a.project_id, did), "provider_result_recorded_us")
+            a_done = [int(t) for t in pipe.execute()]
+            b_times = [r.hmget(keys.delivery(b.project_id, d), "admitted_us",
+                               "provider_result_recorded_us") for d in mine]
+        assert max(a_done) > max(int(done) for _, done in b_times), "A's drain ended first"
+        between = [sum(1 for t in a_done if int(admitted) < t < int(done))
+                   for admitted, done in b_times]
+        assert max(between) <= 40, f"A's deliveries between B's admission and its: {between}"
+
+
 def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
         tmp_path: Path):
     # Grace 0.5 s and no inbox worker: without back-off the sweeper would publish
