@@ -7,9 +7,10 @@ of inbox messages as fast as it can (closed loop) while B goes on, three ways:
 - live: the worker runs all along, so A's flood is delivered as fast as it is
   admitted (no backlog forms: delivery outruns admission); B's p99 from A's
   first send to A's last delivery. This measures the API and CPU A takes.
-- shared: no worker while A admits, so A's whole flood waits on the shared
-  queue; then the worker starts. B's p99 over what B sent during A's drain
-  (worker ready to A's last delivery): what a backlog costs another project.
+- shared: A's whole flood waits while A admits (on a lane no worker serves),
+  then the operator moves A back to the shared queue, where the worker has
+  served B all along. B's p99 over what B sent during A's drain (the move to
+  A's last delivery): what a backlog costs another project.
 - lane: A is on a lane of its own, its worker started only after A's flood is
   admitted; B's worker runs all along.
 
@@ -27,13 +28,14 @@ from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadResult, LoadSpec, Request
 from bench.population import Population, populate, ring, ring_sends
-from bench.procs import BenchError, Cluster, Proc
+from bench.procs import BenchError, Cluster
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.client import CourierClient
 from messaging.store import keys
 
 LANE = "bulk"
+PARKED = "parked"  # a lane no worker serves: A's flood waits there
 B_CONCURRENCY = 4
 
 
@@ -56,12 +58,44 @@ def _latencies(sent: list[Admitted], times: dict[str, dict[str, str]],
             for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
 
 
+# Where B's time goes: send -> admitted (the API), admitted -> dispatch started
+# (ticket, broker, a worker's turn), dispatch started -> recorded (the delivery).
+SEGMENTS = (("api", "", "admitted_us"), ("to_worker", "admitted_us", "dispatch_started_us"),
+            ("delivery", "dispatch_started_us", "provider_result_recorded_us"))
+
+
+def _segments(sent: list[Admitted], times: dict[str, dict[str, str]],
+              since_us: int, until_us: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, start, end in SEGMENTS:
+        out[name] = latency([
+            (int(times[did][end]) - (int(times[did][start]) if start else m.sent_us)) / 1000
+            for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries])
+    return out
+
+
+def _worst(sent: list[Admitted], times: dict[str, dict[str, str]], since_us: int,
+           until_us: int, n: int = 5) -> list[dict[str, float]]:
+    """B's slowest deliveries: when (s after the drain started) and where the time went."""
+    rows = []
+    for m in sent:
+        if not since_us <= m.sent_us <= until_us:
+            continue
+        for did, _ in m.deliveries:
+            t = {k: int(v) for k, v in times[did].items()}
+            rows.append({"at_s": round((m.sent_us - since_us) / 1e6, 2),
+                         "total_ms": (t["provider_result_recorded_us"] - m.sent_us) / 1000,
+                         **{name: (t[end] - (t[start] if start else m.sent_us)) / 1000
+                            for name, start, end in SEGMENTS}})
+    return sorted(rows, key=lambda r: -r["total_ms"])[:n]
+
+
 def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, what: str,
-           serve_a: Callable[[], Proc] | None = None) -> dict[str, Any]:
+           serve_a: Callable[[], object] | None = None) -> dict[str, Any]:
     """A floods while B trickles, until A's flood is drained.
 
     With ``serve_a``, nothing serves A's queue while A admits: A's whole flood
-    waits as a backlog, then ``serve_a`` starts its worker and the drain is
+    waits as a backlog, then ``serve_a`` has it served and the drain is
     measured from there. Without it, A's flood is delivered as it is admitted.
     """
     s = ctx.sizes
@@ -114,6 +148,8 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
     return {"b": latency(during), "b_sent_during": len(during),
+            "b_segments": _segments(b_sent, b_times, start_us, until_us),
+            "b_worst": _worst(b_sent, b_times, start_us, until_us),
             "a_sent": len(a_sent), "a_drain_s": round((drain_end_us - start_us) / 1e6, 2),
             "a_admission_per_s": round(flood["a"].per_s, 1)}
 
@@ -123,7 +159,7 @@ def run(ctx: Context) -> dict[str, Any]:
     s = ctx.sizes
     with ctx.cluster("fairness") as c:
         _, url = c.start_http()
-        worker = [c.start_worker()]
+        c.start_worker()
         b = populate(url, c.operator_token, ["B0", "B1"])
         ctx.say(f"fairness: B alone at {s.fairness_rate_per_s:g}/s for {s.fairness_quiet_s:g} s")
         quiet_load = _trickle(url, ring_sends(b), ctx, s.fairness_quiet_s)
@@ -133,22 +169,18 @@ def run(ctx: Context) -> dict[str, Any]:
         ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
         live = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "live")
 
-        ctx.say(f"fairness: A's {s.fairness_flood:,} wait on the shared queue, then drain")
-        c.stop(worker.pop())
-
-        def serve_shared() -> Proc:
-            worker.append(c.start_worker())
-            return worker[-1]
-
-        shared = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "shared",
-                        serve_shared)
-        # B's worker stays up: only A's lane waits.
-        ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, then its own worker")
-        a = populate(url, c.operator_token, ring())
+        ctx.say(f"fairness: A's {s.fairness_flood:,} wait, then join the shared queue")
         with CourierClient(url, c.operator_token) as op:
+            a = populate(url, c.operator_token, ring())
+            op.set_lane(a.project_id, PARKED)
+            shared = _flood(ctx, c, url, a, b, "shared",
+                            lambda: op.set_lane(a.project_id, None))
+            ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, "
+                    "then its own worker")
+            a = populate(url, c.operator_token, ring())
             op.set_lane(a.project_id, LANE)
-        laned = _flood(ctx, c, url, a, b, "lane",
-                       lambda: c.start_worker(queues=f"deliver.inbox.{LANE}"))
+            laned = _flood(ctx, c, url, a, b, "lane",
+                           lambda: c.start_worker(queues=f"deliver.inbox.{LANE}"))
     return {
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
