@@ -319,6 +319,12 @@ def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stac
                          worker.log.read_text())
 
 
+def _sent(sender, to: str, n: int) -> list[str]:
+    """The delivery ids of ``n`` sends from ``sender`` to ``to``."""
+    return [sender.api.send([to], f"m{i}", "x")["delivery"]["observations"][0]["delivery_id"]
+            for i in range(n)]
+
+
 def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_stack: Stack):
     # A's 600 wait before any worker runs; B's one message comes after them.
     # Served first come first served, B would wait for all 600; round robin
@@ -326,9 +332,8 @@ def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_s
     with open_project(own_stack) as a, open_project(own_stack) as b:
         a1, _ = a.agent("A1"), a.agent("A2")
         b1, b2 = b.agent("B1"), b.agent("B2")
-        backlog = [a1.api.send(["A2"], f"a{i}", "x")["delivery"]["observations"][0][
-            "delivery_id"] for i in range(600)]
-        mine = b1.api.send(["B2"], "b", "x")["delivery"]["observations"][0]["delivery_id"]
+        backlog = _sent(a1, "A2", 600)
+        [mine] = _sent(b1, "B2", 1)
 
         own_stack.start_worker(queues=queue_for("inbox"), beat=False)
         wait_until(lambda: b2.api.inbox()["messages"] and all(
@@ -353,17 +358,15 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
     with open_project(own_stack) as a, open_project(own_stack) as b:
         a1, _ = a.agent("A1"), a.agent("A2")
         b1, _ = b.agent("B1"), b.agent("B2")
-        backlog = [a1.api.send(["A2"], f"a{i}", "x")["delivery"]["observations"][0][
-            "delivery_id"] for i in range(1500)]
+        backlog = _sent(a1, "A2", 1500)
         own_stack.start_worker(queues=queue_for("inbox"), beat=False)
         with own_stack.redis() as r:
             wait_until(lambda: int(r.hget(keys.stats(a.project_id), "outcome:accepted")
                                    or 0) >= 100, timeout_s=60, interval_s=0.005,
                        what="A's drain under way")
             mine = []
-            for i in range(8):
-                mine.append(b1.api.send(["B2"], f"b{i}", "x")["delivery"]["observations"][0][
-                    "delivery_id"])
+            for _ in range(8):
+                mine += _sent(b1, "B2", 1)
                 time.sleep(0.037)
             wait_until(lambda: all(a1.api.delivery(d)["outcome"] for d in backlog[-5:])
                        and all(b1.api.delivery(d)["outcome"] for d in mine), timeout_s=60,
