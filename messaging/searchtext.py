@@ -28,6 +28,8 @@ ELLIPSIS = "…"
 
 def fold(text: str) -> str:
     """Lower case, accents removed, compatibility forms unified."""
+    if text.isascii():
+        return text.lower()  # nothing to decompose: the common case, kept cheap
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
@@ -58,12 +60,17 @@ def message_words(msg: dict[str, Any]) -> list[str]:
     return list(seen)
 
 
-def message_terms(msg: dict[str, Any]) -> list[str]:
-    """Every term a message is found by: its words, its topic, its sender, ``*``."""
+def filter_terms(msg: dict[str, Any]) -> list[str]:
+    """The terms of a message that are not words: ``*``, its sender, its topic."""
     terms = [EVERY, sender_term(str(msg.get("from") or ""))]
     if msg.get("topic"):
         terms.append(topic_term(str(msg["topic"])))
-    return terms + message_words(msg)
+    return terms
+
+
+def message_terms(msg: dict[str, Any]) -> list[str]:
+    """Every term a message is found by: its words, its topic, its sender, ``*``."""
+    return filter_terms(msg) + message_words(msg)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from messaging.searchtext import EVERY, QueryWord, message_terms, message_words
+from messaging.searchtext import EVERY, QueryWord, filter_terms, message_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
-from messaging.store.scripts import Scripts
+from messaging.store.scripts import Scripts, source
 
 PROJECT_VIEWER = "project"
 # Score = creation ms * SEQ_SLOTS + project sequence mod SEQ_SLOTS: time-ordered,
@@ -52,27 +52,43 @@ def _viewers(viewers: Iterable[str]) -> list[str]:
 
 def index_messages(client: SyncClient, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
-    """Index each message for its viewers (idempotent); returns how many were found."""
+    """Index each message for its viewers (idempotent); returns how many were found.
+
+    One script call per message: its postings for every viewer and term, and
+    its words in each viewer's word list.
+    """
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
     for mid in mids:
         read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
-    write = client.pipeline(transaction=False)
     found = 0
     for mid, (raw, created_us, seq) in zip(mids, read.execute(), strict=True):
         if not raw:
             continue  # gone (archived) before it was indexed
         found += 1
         msg = json.loads(raw)
-        score = {mid: search_score(int(created_us), int(seq or 0))}
-        terms, words = message_terms(msg), message_words(msg)
-        for viewer in _viewers(viewers_by_message[mid]):
-            for term in terms:
-                write.zadd(keys.search_postings(project_id, viewer, term), score)
-            if words:
-                write.zadd(keys.search_words(project_id, viewer), dict.fromkeys(words, 0))
-    write.execute()
+        words = message_words(msg)
+        terms = filter_terms(msg) + words
+        viewers = _viewers(viewers_by_message[mid])
+        script_keys = [keys.search_postings(project_id, viewer, term)
+                       for viewer in viewers for term in terms]
+        if words:
+            script_keys += [keys.search_words(project_id, viewer) for viewer in viewers]
+        score = search_score(int(created_us), int(seq or 0))
+        _index_script(client)(keys=script_keys,
+                              args=[score, mid, len(viewers) * len(terms), *words],
+                              client=client)
     return found
+
+
+_INDEX: list[Any] = []
+
+
+def _index_script(client: SyncClient) -> Any:
+    """The index_message script (registered once per process)."""
+    if not _INDEX:
+        _INDEX.append(client.register_script(source("index_message")))
+    return _INDEX[0]
 
 
 def unindex_messages(client: SyncClient, project_id: str,

@@ -36,11 +36,18 @@ from tests.integration.test_reading import (
 from tests.integration.test_round_trip import (
     test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded,
 )
+from tests.integration.test_search import (
+    mail,
+    test_a_star_makes_a_word_a_prefix,
+    test_every_word_must_match_in_subject_or_body,
+    test_the_project_token_searches_every_message,
+)
 from tests.integration.test_send_rules import test_100_recipients_in_all_are_admitted
 
 # Imported to run here: pytest collects tests and fixtures by name from this module.
 __all__ = [
     "listeners",
+    "mail",
     "own_stack",
     "test_100_recipients_in_all_are_admitted",
     "test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream",
@@ -49,13 +56,16 @@ __all__ = [
     "test_a_replay_returns_the_stored_message_and_stores_nothing_new",
     "test_a_reply_keeps_the_thread_and_goes_to_the_original_sender",
     "test_a_send_whose_publish_failed_is_published_by_the_sweeper",
+    "test_a_star_makes_a_word_a_prefix",
     "test_a_subscription_whose_time_runs_out_gets_one_expired_notice",
     "test_a_thread_lists_what_the_caller_may_see_oldest_first",
     "test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps",
     "test_beat_sends_the_expired_notice_when_the_time_runs_out",
     "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
+    "test_every_word_must_match_in_subject_or_body",
     "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
     "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
     "test_new_mail_is_a_message_event_that_wakes_and_records_it_observed",
     "test_one_notice_per_subscription_when_50_presence_reports_race",
+    "test_the_project_token_searches_every_message",
 ]
