@@ -164,7 +164,9 @@ def run(ctx: Context) -> dict[str, Any]:
         ctx.say(f"fairness: B alone at {s.fairness_rate_per_s:g}/s for {s.fairness_quiet_s:g} s")
         quiet_load = _trickle(url, ring_sends(b), ctx, s.fairness_quiet_s)
         quiet_sent = admitted(quiet_load, "fairness: B alone")
-        quiet = latency(_latencies(quiet_sent, _recorded(c, b, quiet_sent, ctx, "B alone")))
+        quiet_times = _recorded(c, b, quiet_sent, ctx, "B alone")
+        quiet = latency(_latencies(quiet_sent, quiet_times))
+        quiet_segments = _segments(quiet_sent, quiet_times, 0, 2**63)
 
         ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
         live = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "live")
@@ -185,6 +187,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
         "quiet": quiet,
+        "quiet_segments": quiet_segments,
         "live": live,
         "shared": shared,
         "lane": laned,
