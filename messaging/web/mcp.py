@@ -111,10 +111,11 @@ def _result(body: Json, *, error: bool = False) -> CallToolResult:
 def internal_error() -> Json:
     """The error object of a failure nothing expected (a Courier bug); the log has the rest."""
     # Not a CourierError code: no HTTP answer carries it (REST answers such a failure 500).
-    return {"persisted": False, "error": {
+    # No ``persisted``: after an unexpected failure nobody knows whether a write was stored.
+    return {"error": {
         "code": "INTERNAL", "details": {},
-        "message": "Courier failed unexpectedly and logged it; retry later (a send with its "
-                   "idempotency_key)"}}
+        "message": "Courier failed unexpectedly and logged it; whether anything was stored is "
+                   "unknown: retry later (a send with the same idempotency_key)"}}
 
 
 async def run_tool(ctx: Context, call: Call) -> CallToolResult:
