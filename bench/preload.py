@@ -89,7 +89,8 @@ def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict
 def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
              count: int, vocabulary: tuple[str, ...], seed: int) -> None:
     client = connect.sync_client(url)
-    admit_script = Scripts(client).admit_message
+    scripts = Scripts(client)
+    admit_script = scripts.admit_message
     capture = _Capture()
     store = Store(aioredis.Redis())  # never connects: its script call is captured
     store.scripts.admit_message = capture
@@ -119,7 +120,7 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
                 if counts.get("accepted") != len(batch):
                     raise BenchError(f"preload: {dict(counts)} of {len(batch)} deliveries")
                 if vocabulary:
-                    index_messages(client, project_id, {
+                    index_messages(client, scripts, project_id, {
                         lease.message_id: {lease.agent_id, lease.sender_id} for lease in leased})
     finally:
         client.close()

@@ -142,7 +142,7 @@ def index(project_id: str, leased: list[Leased]) -> None:
     for lease in leased:
         viewers.setdefault(lease.message_id, set()).update((lease.agent_id, lease.sender_id))
     try:
-        index_messages(store().client, project_id, viewers)
+        index_messages(store().client, store().scripts, project_id, viewers)
     except redis.RedisError as exc:
         log.warning("search index of %s not updated: %s", sorted(viewers), exc)
 

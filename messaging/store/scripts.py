@@ -59,4 +59,5 @@ class Scripts:
         self.expire_lease = load("expire_lease")
         self.redrive = load("redrive")
         self.search_page = load("search_page")
+        self.index_message = load("index_message")
         self.release_held = load("release_held")

@@ -17,7 +17,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, filter_terms, message_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
-from messaging.store.scripts import Scripts, source
+from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
 # Score = creation ms * SEQ_SLOTS + project sequence mod SEQ_SLOTS: time-ordered,
@@ -50,7 +50,7 @@ def _viewers(viewers: Iterable[str]) -> list[str]:
     return sorted({v for v in viewers if v.startswith("agt_")} | {PROJECT_VIEWER})
 
 
-def index_messages(client: SyncClient, project_id: str,
+def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
     """Index each message for its viewers (idempotent); returns how many were found.
 
@@ -75,20 +75,9 @@ def index_messages(client: SyncClient, project_id: str,
         if words:
             script_keys += [keys.search_words(project_id, viewer) for viewer in viewers]
         score = search_score(int(created_us), int(seq or 0))
-        _index_script(client)(keys=script_keys,
-                              args=[score, mid, len(viewers) * len(terms), *words],
-                              client=client)
+        scripts.index_message(keys=script_keys,
+                              args=[score, mid, len(viewers) * len(terms), *words])
     return found
-
-
-_INDEX: list[Any] = []
-
-
-def _index_script(client: SyncClient) -> Any:
-    """The index_message script (registered once per process)."""
-    if not _INDEX:
-        _INDEX.append(client.register_script(source("index_message")))
-    return _INDEX[0]
 
 
 def unindex_messages(client: SyncClient, project_id: str,
