@@ -26,7 +26,6 @@ from bench.procs import BenchError, Cluster, wait_http
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.store import keys
-from messaging.store.searchindex import PROJECT_VIEWER
 
 READER = "Reader"
 WRITER = "Agent0"
@@ -61,7 +60,7 @@ def _needles(ctx: Context, c: Cluster, url: str, pop: Population) -> str:
     with c.redis() as r:
         wait_delivered(r, pop.project_id, sent, ctx.sizes.drain_timeout_s, "search, real path")
         check_exactly_once(r, pop.project_id, sent, "search, real path", {reader: NEEDLES})
-        posting = keys.search_postings(pop.project_id, reader, "needle")
+        posting = keys.search_postings(pop.project_id, "needle")
         for _ in range(600):
             if r.zcard(posting) == NEEDLES:
                 break
@@ -84,7 +83,7 @@ def _grow(ctx: Context, c: Cluster, pop: Population, template: str, to: int) -> 
                 more, VOCABULARY)
     with c.redis() as r:
         wait_persisted(r)
-        return int(r.zcard(keys.search_postings(pop.project_id, PROJECT_VIEWER, "*")))
+        return int(r.zcard(keys.search_postings(pop.project_id, "*")))
 
 
 def _queries(url: str, reader: Agent, seconds: float, warmup_s: float) -> dict[str, Any]:

@@ -52,7 +52,7 @@ async def _search(store: Store, caller: Caller, project_id: str, viewer: str,
     if len(words) > QUERY_WORDS_MAX:
         raise invalid("q", f"at most {QUERY_WORDS_MAX} words")
     hi, lo = _bounds(q)
-    groups = await store.search.expand(project_id, viewer, words)
+    groups = await store.search.expand(project_id, words)
     if q.topic is not None:
         groups.append([topic_term(q.topic)])
     if q.sender is not None:

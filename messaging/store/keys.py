@@ -48,11 +48,13 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   d: notice delivery id, t: notice thread}},
                                                   the subscriptions still waiting     no TTL
     :sub_due                               zset   waiting subscription ids by expiry (ms) no TTL
-    :sx:<viewer>:<term>                    zset   search postings: message ids a viewer (an
-                                                  agent id, or ``project`` for the project
-                                                  token) may see carrying the term, scored
-                                                  by search_score (searchindex.py)   no TTL
-    :sxt:<viewer>                          zset   the viewer's indexed words, all scored 0,
+    :sx:project:<term>                     zset   search postings: the project's message ids
+                                                  carrying the term, scored by search_score
+                                                  (searchindex.py)                   no TTL
+    :sx:<agent_id>:*                       zset   the message ids an agent sent or received,
+                                                  same scores (a query of the agent is
+                                                  intersected with it)               no TTL
+    :sxt:project                           zset   the project's indexed words, all scored 0,
                                                   for prefix look-ups by lex range   no TTL
     :retention                             zset   every stored message id by the time (ms)
                                                   the sweeper next looks at it: admission,
@@ -196,14 +198,19 @@ def stats(project_id: str) -> str:
     return f"{_p(project_id)}:stats"
 
 
-def search_postings(project_id: str, viewer: str, term: str) -> str:
-    """The messages a viewer may see that carry one search term."""
-    return f"{_p(project_id)}:sx:{viewer}:{term}"
+def search_postings(project_id: str, term: str) -> str:
+    """The project's messages that carry one search term."""
+    return f"{_p(project_id)}:sx:project:{term}"
 
 
-def search_words(project_id: str, viewer: str) -> str:
-    """Every word indexed for a viewer, for prefix look-ups."""
-    return f"{_p(project_id)}:sxt:{viewer}"
+def search_seen(project_id: str, agent_id: str) -> str:
+    """The messages an agent may find: those it sent or received."""
+    return f"{_p(project_id)}:sx:{agent_id}:*"
+
+
+def search_words(project_id: str) -> str:
+    """Every word the project's messages hold, for prefix look-ups."""
+    return f"{_p(project_id)}:sxt:project"
 
 
 def retention(project_id: str) -> str:

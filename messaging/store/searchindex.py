@@ -1,10 +1,13 @@
-"""The search index: per-viewer postings of terms, written after delivery, read by pages.
+"""The search index: the project's postings of terms, and what each agent may see.
 
-Each viewer (an agent that sent or received a message, and ``project`` for the
-project token) has one sorted set per term it may find, so a query touches only
-the postings of its own words and filters: its cost follows its matches, not
-the project's history. Admission never writes here; the worker that dispatched
-a delivery indexes its message for the sender and that recipient.
+A project has one sorted set per term (a word, ``*``, a sender, a topic) and
+each agent one set of the messages it sent or received. A query intersects the
+postings of its words and filters (and, for an agent, its own set), driven by
+the smallest: its cost follows the matches, not the project's history. One
+message costs one posting per term plus one entry per agent that sees it (not
+one posting per term for each of them). Admission never writes here; the
+worker that dispatched a delivery indexes its message for the sender and that
+recipient.
 """
 
 from __future__ import annotations
@@ -45,17 +48,17 @@ def score_bound_ms(ms: int, *, upper: bool) -> int:
     return ms * SEQ_SLOTS + (SEQ_SLOTS - 1 if upper else 0)
 
 
-def _viewers(viewers: Iterable[str]) -> list[str]:
-    """The agents among ``viewers`` (not ``courier`` or ``human``), and the project."""
-    return sorted({v for v in viewers if v.startswith("agt_")} | {PROJECT_VIEWER})
+def _agents(viewers: Iterable[str]) -> list[str]:
+    """The agents among ``viewers`` (not ``courier`` or ``human``)."""
+    return sorted({v for v in viewers if v.startswith("agt_")})
 
 
 def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
     """Index each message for its viewers (idempotent); returns how many were found.
 
-    One script call per message: its postings for every viewer and term, and
-    its words in each viewer's word list.
+    One script call per message: its postings, one per term, its entry in the
+    set of each agent that sees it, and its words in the project's word list.
     """
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
@@ -69,28 +72,27 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
         msg = json.loads(raw)
         words = message_words(msg)
         terms = filter_terms(msg) + words
-        viewers = _viewers(viewers_by_message[mid])
-        script_keys = [keys.search_postings(project_id, viewer, term)
-                       for viewer in viewers for term in terms]
+        script_keys = [keys.search_postings(project_id, term) for term in terms]
+        script_keys += [keys.search_seen(project_id, agent)
+                        for agent in _agents(viewers_by_message[mid])]
+        n = len(script_keys)
         if words:
-            script_keys += [keys.search_words(project_id, viewer) for viewer in viewers]
+            script_keys.append(keys.search_words(project_id))
         score = search_score(int(created_us), int(seq or 0))
-        scripts.index_message(keys=script_keys,
-                              args=[score, mid, len(viewers) * len(terms), *words])
+        scripts.index_message(keys=script_keys, args=[score, mid, n, *words])
     return found
 
 
 def unindex_messages(client: SyncClient, project_id: str,
                      messages: Iterable[tuple[str, Json, Iterable[str]]]) -> None:
-    """Remove (message id, message, viewers) from their viewers' postings (when they leave
-    the store): one ZREM per posting, however many of the messages it holds."""
+    """Remove (message id, message, viewers) from the index (when they leave the store):
+    one ZREM per posting or agent set, however many of the messages it holds."""
     members: dict[str, list[str]] = {}
     for message_id, msg, viewers in messages:
-        terms = message_terms(msg)
-        for viewer in _viewers(viewers):
-            for term in terms:
-                members.setdefault(keys.search_postings(project_id, viewer, term),
-                                   []).append(message_id)
+        found_by = [keys.search_postings(project_id, term) for term in message_terms(msg)]
+        found_by += [keys.search_seen(project_id, agent) for agent in _agents(viewers)]
+        for key in found_by:
+            members.setdefault(key, []).append(message_id)
     pipe = client.pipeline(transaction=False)
     for key, ids in members.items():
         pipe.zrem(key, *ids)
@@ -112,26 +114,30 @@ class SearchIndex:
         self.client = client
         self.scripts = scripts
 
-    async def expand(self, project_id: str, viewer: str, words: list[QueryWord]) -> list[list[str]]:
+    async def expand(self, project_id: str, words: list[QueryWord]) -> list[list[str]]:
         """The terms of each query word: itself, or the indexed words a prefix starts."""
         prefixes = [w for w in words if w.prefix]
         pipe = self.client.pipeline(transaction=False)
         for w in prefixes:
             low = w.text.encode()
-            pipe.zrangebylex(keys.search_words(project_id, viewer), b"[" + low,
+            pipe.zrangebylex(keys.search_words(project_id), b"[" + low,
                              b"[" + low + LEX_TOP, start=0, num=PREFIX_TERMS_MAX)
         found = iter(await pipe.execute() if prefixes else [])
         return [[str(t) for t in next(found)] if w.prefix else [w.text] for w in words]
 
     async def page(self, project_id: str, viewer: str, groups: list[list[str]],
                    hi: str, lo: str, limit: int) -> SearchPage:
-        """One page of the messages found in every group of terms (newest first)."""
-        if not groups:
-            groups = [[EVERY]]
+        """One page of the messages the viewer may see found in every group of terms
+        (newest first)."""
         if any(not g for g in groups):
             return SearchPage([], None)  # a prefix that no indexed word starts
-        postings = [keys.search_postings(project_id, viewer, t) for g in groups for t in g]
-        args = {"sizes": [len(g) for g in groups], "hi": hi, "lo": lo, "limit": limit,
+        found_in = [[keys.search_postings(project_id, t) for t in g] for g in groups]
+        if viewer != PROJECT_VIEWER:
+            found_in.append([keys.search_seen(project_id, viewer)])
+        elif not found_in:
+            found_in.append([keys.search_postings(project_id, EVERY)])
+        postings = [key for g in found_in for key in g]
+        args = {"sizes": [len(g) for g in found_in], "hi": hi, "lo": lo, "limit": limit,
                 "scan_max": SCAN_MAX, "batch": SCAN_BATCH}
         answer = json.loads(await self.scripts.search_page(keys=postings,
                                                            args=[json.dumps(args)]))

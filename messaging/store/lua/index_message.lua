@@ -1,9 +1,11 @@
--- index_message: add one message to its viewers' search postings (idempotent:
--- the message is the same member with the same score every time). One call per
--- message, so the store is never held for long by a batch's indexing.
+-- index_message: add one message to the project's search postings and to the
+-- sets of the agents that see it (idempotent: the message is the same member
+-- with the same score every time). One call per message, so the store is never
+-- held for long by a batch's indexing.
 --
--- KEYS[1..n]   postings  zset  one per (viewer, term): message id by score
--- KEYS[n+1..]  words     zset  each viewer's indexed words (score 0), only
+-- KEYS[1..n]   postings  zset  one per term, then one per agent that sees the
+--                              message: message id by score
+-- KEYS[n+1]    words     zset  the project's indexed words (score 0), only
 --                              when the message has words
 --
 -- ARGV[1]   the message's score
