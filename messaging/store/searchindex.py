@@ -57,13 +57,16 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
     """Index each message for its viewers (idempotent); returns how many were found.
 
-    One script call per message: its postings, one per term, its entry in the
-    set of each agent that sees it, and its words in the project's word list.
+    One script call for all of them (a worker's step: a few messages): for
+    each, its postings, one per term, its entry in the set of each agent that
+    sees it, and its words in the project's word list.
     """
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
     for mid in mids:
         read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
+    script_keys: list[str] = []
+    args: list[Any] = []
     found = 0
     for mid, (raw, created_us, seq) in zip(mids, read.execute(), strict=True):
         if not raw:
@@ -71,15 +74,16 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
         found += 1
         msg = json.loads(raw)
         words = message_words(msg)
-        terms = filter_terms(msg) + words
-        script_keys = [keys.search_postings(project_id, term) for term in terms]
-        script_keys += [keys.search_seen(project_id, agent)
-                        for agent in _agents(viewers_by_message[mid])]
-        n = len(script_keys)
+        postings = [keys.search_postings(project_id, term) for term in filter_terms(msg) + words]
+        postings += [keys.search_seen(project_id, agent)
+                     for agent in _agents(viewers_by_message[mid])]
+        script_keys += postings
         if words:
             script_keys.append(keys.search_words(project_id))
         score = search_score(int(created_us), int(seq or 0))
-        scripts.index_message(keys=script_keys, args=[score, mid, n, *words])
+        args += [score, mid, len(postings), len(words), *words]
+    if found:
+        scripts.index_message(keys=script_keys, args=args)
     return found
 
 

@@ -144,6 +144,19 @@ def test_quiet_mail_is_found(project: Project):
     assert found(bob, "quiet") == ["Low key"]
 
 
+def test_mail_is_indexed_after_the_store_forgot_its_scripts(project: Project):
+    """The worker indexes by script hash; a store that lost its scripts (restarted
+    without persistence) is given them again, and nothing goes unindexed."""
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    alice.api.send("Bob", "Before", "an ordinary word")
+    indexed(bob, "Before")
+    with project.stack.redis() as r:
+        r.script_flush()
+    alice.api.send("Bob", "After", "a remembered word")
+    indexed(bob, "After")
+    assert found(bob, "remembered") == ["After"]
+
+
 def test_the_project_token_searches_every_message(mail: tuple[Agent, Agent, Agent],
                                                   project: Project):
     page = project.admin.request("GET", f"/v1/projects/{project.project_id}/search",

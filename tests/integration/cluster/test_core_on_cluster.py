@@ -40,6 +40,7 @@ from tests.integration.test_search import (
     mail,
     test_a_star_makes_a_word_a_prefix,
     test_every_word_must_match_in_subject_or_body,
+    test_mail_is_indexed_after_the_store_forgot_its_scripts,
     test_the_project_token_searches_every_message,
 )
 from tests.integration.test_send_rules import test_100_recipients_in_all_are_admitted
@@ -64,6 +65,7 @@ __all__ = [
     "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
     "test_every_word_must_match_in_subject_or_body",
     "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
+    "test_mail_is_indexed_after_the_store_forgot_its_scripts",
     "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
     "test_new_mail_is_a_message_event_that_wakes_and_records_it_observed",
     "test_one_notice_per_subscription_when_50_presence_reports_race",
