@@ -3,7 +3,8 @@
 Fairness: a delivery is not carried by its task. It joins its project's ready
 set for its transport (``make_ready``), the project joins the ring of the
 queue it is served on (its lane's, or the shared one), and anonymous tickets
-(``courier.deliver(transport, lane)``) are published, one per batch. A worker
+(``courier.deliver(transport, lane)``) are published, one per batch of a
+project's ready set (what joins a partly filled batch rides on its ticket). A worker
 taking any ticket serves the next project of the ring, round robin, one batch:
 a project's backlog of thousands holds up another project's new mail by one
 batch per worker, not by the backlog.
@@ -56,6 +57,9 @@ class Publisher:
         self.app = Celery("courier-publisher", set_as_current=False)
         self.app.conf.update(celery_config(settings))
         self._store: DeliveryStore | None = None
+        # Queues whose last tickets failed to publish: what joins them next cannot
+        # ride on a ticket of those, so it is counted whole.
+        self._owed: set[tuple[str, str]] = set()
 
     @property
     def store(self) -> DeliveryStore:
@@ -74,26 +78,41 @@ class Publisher:
             self.app.send_task(DELIVER_TASK, args=[transport, lane],
                                queue=queue_for(transport, lane), retry=False)
 
-    def _ready(self, items: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+    def _ready(self, items: Iterable[tuple[str, str, str]], *,
+               whole: bool = False) -> dict[tuple[str, str], int]:
         """Make (project, transport, delivery) items ready, each project in its
-        queue's ring; returns the tickets they need (one per batch of a project's)
-        per (transport, lane)."""
+        queue's ring; returns the tickets they need per (transport, lane).
+
+        A project's ready deliveries have a ticket per batch: what joins a set
+        that already fills part of a batch rides on that batch's ticket, so a
+        flood of single sends publishes one ticket per batch, not one per send.
+        ``whole`` counts a ticket for every batch of the projects' ready sets
+        (when tickets may have been lost), as do queues whose last publish failed.
+        """
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
         for project_id, transport, delivery_id in items:
             groups[(project_id, transport)].append(delivery_id)
         wanted: dict[tuple[str, str], int] = defaultdict(int)
         for (project_id, transport), dids in groups.items():
-            _, lane, _ = self.store.make_ready(project_id, transport, dids)
+            added, lane, count = self.store.make_ready(project_id, transport, dids)
             self.store.ring_join(queue_for(transport, lane), project_id)
-            wanted[(transport, lane)] += math.ceil(len(dids) / batch_size(transport))
+            batch = batch_size(transport)
+            before = 0 if whole or (transport, lane) in self._owed else count - added
+            wanted[(transport, lane)] += math.ceil(count / batch) - math.ceil(before / batch)
         return wanted
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Make (project, transport, delivery) items ready and publish their tickets,
         one per batch of each project's. Returns how many were published."""
+        wanted = list(self._ready(items).items())
         tasks = 0
-        for (transport, lane), tickets in self._ready(items).items():
-            self.tickets(transport, lane, tickets)
+        for i, (target, tickets) in enumerate(wanted):
+            try:
+                self.tickets(*target, tickets)
+            except Exception:
+                self._owed.update(q for q, _ in wanted[i:])  # this one and those not tried
+                raise
+            self._owed.discard(target)
             tasks += tickets
         return tasks
 
@@ -106,7 +125,7 @@ class Publisher:
         backlog waiting its turn is not published over and over. Returns how
         many tickets were published.
         """
-        wanted = self._ready(items)
+        wanted = self._ready(items, whole=True)
         depths = self.queue_depths()
         tasks = 0
         for (transport, lane), count in wanted.items():

@@ -383,6 +383,36 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
         assert max(between) <= 40, f"A's deliveries between B's admission and its: {between}"
 
 
+def test_a_flood_of_single_sends_publishes_a_ticket_per_batch_not_per_send(tmp_path: Path):
+    # No worker and no sweeper: the broker holds exactly what admission published.
+    # 250 sends one after another, each its own publish: 3 batches of 100, so 3 tickets
+    # (one per send before), and one worker turn per ticket delivers them all.
+    stack = make_stack(tmp_path)
+    try:
+        with open_project(stack) as proj:
+            alice, bob = proj.agent("Alice"), proj.agent("Bob")
+            sent = [send_one(alice)[1] for _ in range(250)]
+            with redis.Redis.from_url(stack.broker_url) as broker:
+                tickets = int(broker.llen(queue_for("inbox")))
+            assert tickets == 3, tickets
+            worker = stack.start_worker(queues="deliver.inbox", beat=False)
+
+            def outcomes() -> list[str | None]:
+                with stack.redis() as r:
+                    pipe = r.pipeline(transaction=False)
+                    for did in sent:
+                        pipe.hget(keys.delivery(proj.project_id, did), "outcome")
+                    return pipe.execute()
+
+            wait_until(lambda: outcomes() == ["accepted"] * 250, timeout_s=60,
+                       what="all 250 delivered")
+            assert len(bob.api.inbox(limit=100)["messages"]) == 100
+            wait_until(lambda: len(finished_tasks(worker)) == 3, what="3 tickets run")
+            assert sum(finished_tasks(worker).values()) == 250
+    finally:
+        stack.stop()
+
+
 def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
         tmp_path: Path):
     # Grace 0.5 s and no inbox worker: without back-off the sweeper would publish
