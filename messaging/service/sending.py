@@ -27,6 +27,7 @@ from messaging.models import (
     SendIn,
 )
 from messaging.service.caller import Caller
+from messaging.service.fairshare import FairShare
 from messaging.service.views import label, message_view
 from messaging.store.schema import Target
 from messaging.store.store import Store
@@ -68,6 +69,7 @@ NOTE_STORED = "storage is not task acceptance"
 # Every face's sends (REST, MCP, subscriptions with a message, the human's) come through
 # send() or reply(), so they are counted here and only here. A request refused before it
 # reaches them (gate: 401, 429; schema: 422) is no admission (see messaging.web.guard).
+FAIR_SHARE = FairShare()
 ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the send service, "
                      "by outcome (admitted, replayed) or error code", ["outcome"])
 
@@ -228,6 +230,34 @@ async def _admit(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
     operation: str = "send", in_reply_to: str | None = None,
 ) -> Sent:
+    project_id, _ = caller.require_agent()
+    # The project's fair share of this process covers the work of admitting; waiting
+    # for the broker to take the deliveries costs the process nothing.
+    async with FAIR_SHARE.turn(project_id):
+        answer, message_json, published = await _admission(
+            store, settings, dispatcher, caller, body, operation, in_reply_to)
+    status = answer["status"]
+    if status == "ok":
+        # What the script stored, without reading it back.
+        written = {"json": message_json, "created_us": answer["created_us"],
+                   "policy": answer["policy"], "observations": answer["observations"]}
+        warning = await dispatch_warning(published)
+        return Sent(201, _answer(written, replay=False, dispatch=warning))
+    if status == "replay":
+        stored = await store.get_message(project_id, answer["message_id"])
+        if stored is None:
+            raise not_found("message")
+        stored["observations"] = answer["observations"]
+        return Sent(200, _answer(stored, replay=True, dispatch=None))
+    raise await _rejection(store, project_id, answer)
+
+
+async def _admission(
+    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    operation: str, in_reply_to: str | None,
+) -> tuple[Json, str, list[Future[bool]]]:
+    """Check and admit a send: the store's answer, the message's JSON and, when it was
+    admitted, its deliveries handed to the publisher."""
     project_id, sender_id = caller.require_agent()
     _validate(settings, body)
     sender = await store.identity(project_id, sender_id)
@@ -266,23 +296,11 @@ async def _admit(
     # Compact UTF-8: every stored byte is kept for the message's lifetime.
     message_json = orjson.dumps(message).decode()
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
-    status = answer["status"]
-    if status == "ok":
-        published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
-                     for obs in answer["observations"]
-                     if obs["target"] == Target.PINNED and not obs["held"]]
-        # What the script stored, without reading it back.
-        written = {"json": message_json, "created_us": answer["created_us"],
-                   "policy": answer["policy"], "observations": answer["observations"]}
-        warning = await dispatch_warning(published)
-        return Sent(201, _answer(written, replay=False, dispatch=warning))
-    if status == "replay":
-        stored = await store.get_message(project_id, answer["message_id"])
-        if stored is None:
-            raise not_found("message")
-        stored["observations"] = answer["observations"]
-        return Sent(200, _answer(stored, replay=True, dispatch=None))
-    raise await _rejection(store, project_id, answer)
+    published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
+                 for obs in answer["observations"]
+                 if obs["target"] == Target.PINNED and not obs["held"]
+                 ] if answer["status"] == "ok" else []
+    return answer, message_json, published
 
 
 def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:
