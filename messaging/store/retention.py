@@ -73,6 +73,7 @@ class RetentionStore:
     def __init__(self, client: SyncClient) -> None:
         self.client = client
         self._remove = client.register_script(source("remove_messages"))
+        self._prune_words = client.register_script(source("prune_words"))
 
     def lock(self, project_id: str) -> Lock:
         """The project's retention lock (not yet taken)."""
@@ -133,12 +134,12 @@ class RetentionStore:
         args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
                 "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
         removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]
-        # Off the search index too (each viewer's word list keeps its words).
+        # Off the search index too, and their words that nothing stored carries now.
         gone = []
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
                 msg = json.loads(stored.record["json"])
                 gone.append((stored.message_id, msg, [msg["sender_id"],
                                                       *(a for _, a in stored.pairs)]))
-        unindex_messages(self.client, project_id, gone)
+        unindex_messages(self.client, self._prune_words, project_id, gone)
         return removed

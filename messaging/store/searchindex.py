@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from messaging.searchtext import EVERY, QueryWord, filter_terms, message_terms, message_words
+from messaging.searchtext import EVERY, QueryWord, filter_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
 from messaging.store.scripts import Scripts
@@ -32,6 +32,8 @@ PREFIX_TERMS_MAX = 100
 # Entries one page looks at before answering with what it found (and a cursor).
 SCAN_MAX = 5000
 SCAN_BATCH = 200
+# Words one call of the pruning script looks at (it holds the store meanwhile).
+PRUNE_BATCH = 500
 # The highest lexical byte: closes a prefix's range of words.
 LEX_TOP = b"\xff"
 
@@ -87,13 +89,18 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
     return found
 
 
-def unindex_messages(client: SyncClient, project_id: str,
+def unindex_messages(client: SyncClient, prune_words: Any, project_id: str,
                      messages: Iterable[tuple[str, Json, Iterable[str]]]) -> None:
     """Remove (message id, message, viewers) from the index (when they leave the store):
-    one ZREM per posting or agent set, however many of the messages it holds."""
+    one ZREM per posting or agent set, however many of the messages it holds; then
+    their words that no stored message carries leave the word list (``prune_words``,
+    the script)."""
     members: dict[str, list[str]] = {}
+    words: set[str] = set()
     for message_id, msg, viewers in messages:
-        found_by = [keys.search_postings(project_id, term) for term in message_terms(msg)]
+        mine = message_words(msg)
+        words.update(mine)
+        found_by = [keys.search_postings(project_id, term) for term in filter_terms(msg) + mine]
         found_by += [keys.search_seen(project_id, agent) for agent in _agents(viewers)]
         for key in found_by:
             members.setdefault(key, []).append(message_id)
@@ -101,6 +108,11 @@ def unindex_messages(client: SyncClient, project_id: str,
     for key, ids in members.items():
         pipe.zrem(key, *ids)
     pipe.execute()
+    ordered = sorted(words)
+    for start in range(0, len(ordered), PRUNE_BATCH):
+        some = ordered[start:start + PRUNE_BATCH]
+        prune_words(keys=[keys.search_words(project_id),
+                          *(keys.search_postings(project_id, w) for w in some)], args=some)
 
 
 @dataclass(frozen=True)

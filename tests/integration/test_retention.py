@@ -122,6 +122,8 @@ def test_final_old_messages_are_archived_and_removed_with_everything(world: Worl
         text = json.dumps(content)
         assert not any(i in key or i in text for i in ids), key
     assert keys.thread(world.project_id, first["thread_id"]) not in state
+    # Nor do their words stay in the word list prefixes expand over.
+    assert keys.search_words(world.project_id) not in state
 
     for call in (lambda: world.bob.get_message(reply["id"]),
                  lambda: world.alice.delivery(delivery_id(first)),
