@@ -70,26 +70,45 @@ def deliver(transport: str, lane: str = "") -> str:
 
     Serves the project whose turn it is (round robin over the projects with
     ready deliveries): up to one batch, taken and carried a tenth of a batch at
-    a time, and only while no other project waits on the queue. Leases what is
-    free, carries it, records outcomes. Returns what it recorded, by outcome,
-    for Flower.
+    a time, and only while no other project waits on the queue; a turn that
+    gives way passes the ticket on to the next project. Leases what is free,
+    carries it, records outcomes. Returns what it recorded, by outcome, for
+    Flower.
     """
     carrier = transports.get(transport)
     queue = carrier.queue(lane)
+    told: list[str] = []
+    owed = False
+    turn = None
     for _ in range(TURNS_PER_TICKET):
         turn = store().ring_next(queue)
         if turn is None:
-            return f"{queue}: nothing waiting"
+            break
         project_id, waiting = turn
-        served = _turn(carrier, queue, lane, project_id, waiting)
+        served, gave_way = _turn(carrier, queue, lane, project_id, waiting)
+        if served is not None or gave_way:
+            owed = gave_way
         if served is not None:
-            return served
-    return f"{queue}: nothing ready in {TURNS_PER_TICKET} turns"
+            told.append(served)
+            # A turn that gave way to a waiting project hands this ticket on to it
+            # at once, rather than making it wait for the broker's next ticket.
+            if not gave_way:
+                break
+    if owed:
+        # The last turn gave way with mail left, which a ticket of its own must
+        # carry (a whole batch has one from its publisher already; a turn that
+        # gave way and was followed by a whole one is even with the tickets).
+        publisher().tickets(carrier.kind, lane, 1)
+    if told:
+        return "; ".join(told)
+    return f"{queue}: nothing waiting" if turn is None else \
+        f"{queue}: nothing ready in {TURNS_PER_TICKET} turns"
 
 
 def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
-          waiting: int) -> str | None:
-    """One project's turn; None when it had nothing ready (or moved lanes)."""
+          waiting: int) -> tuple[str | None, bool]:
+    """One project's turn: what it did (None when it had nothing ready, or moved
+    lanes), and whether it ended early because another project waits."""
     transport = carrier.kind
     # A project is served a tenth of a batch at a time (the transport's parallel
     # deliveries at least); between two, a look at the ring: another project
@@ -97,6 +116,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     step = max(carrier.parallel, carrier.batch_size // SHARED_TURN, 1)
     counts: Counter[str] = Counter()
     done = 0
+    gave_way = False
     while True:
         taken = store().take_ready(project_id, transport, lane,
                                    min(step, carrier.batch_size - done))
@@ -115,21 +135,14 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
         if not taken.left or done >= carrier.batch_size:
             break
         if waiting > 1 or store().ring_size(queue) > 1:
+            gave_way = True
             break
-    if taken.moved_to is None:
-        _after_turn(carrier, queue, lane, project_id, taken.left, done)
-    return summary(transport, project_id, counts) if done else None
-
-
-def _after_turn(carrier: Transport, queue: str, lane: str, project_id: str,
-                left: int, done: int) -> None:
-    """A ticket for what a short turn left (a whole batch has one from its
-    publisher already), or for mail made ready while the project left the ring."""
-    if left:
-        if done < carrier.batch_size:
-            publisher().tickets(carrier.kind, lane, 1)
-    elif store().ring_leave(queue, project_id, carrier.kind):
-        publisher().tickets(carrier.kind, lane, 1)
+    if taken.moved_to is None and not taken.left and store().ring_leave(queue, project_id,
+                                                                         transport):
+        # Mail made ready while the project left the ring: its ticket may have been
+        # spent on an empty ring.
+        publisher().tickets(transport, lane, 1)
+    return (summary(transport, project_id, counts) if done else None), gave_way
 
 
 def index(project_id: str, leased: list[Leased]) -> None:
