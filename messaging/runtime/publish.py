@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 # How many admitted deliveries the publisher thread takes at once.
 BATCH_MAX = 400
+# A delivery rides on an earlier ticket of its batch only while the broker took a
+# ticket of that queue this recently; after that its publish asks the broker again,
+# so a send made once the broker is gone says its dispatch was deferred.
+RIDE_S = 0.1
 IDLE_WAIT_S = 0.5
 
 
@@ -60,6 +64,8 @@ class Publisher:
         # Queues whose last tickets failed to publish: what joins them next cannot
         # ride on a ticket of those, so it is counted whole.
         self._owed: set[tuple[str, str]] = set()
+        # When the broker last took a ticket of each queue (monotonic seconds).
+        self._heard: dict[tuple[str, str], float] = {}
 
     @property
     def store(self) -> DeliveryStore:
@@ -103,16 +109,21 @@ class Publisher:
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Make (project, transport, delivery) items ready and publish their tickets,
-        one per batch of each project's. Returns how many were published."""
+        one per batch of each project's (and one where the broker was not heard from
+        for ``RIDE_S``). Returns how many were published."""
         wanted = list(self._ready(items).items())
         tasks = 0
         for i, (target, tickets) in enumerate(wanted):
+            if not tickets and time.monotonic() - self._heard.get(target, 0.0) > RIDE_S:
+                tickets = 1  # ask the broker again: has it gone since the last ticket?
             try:
                 self.tickets(*target, tickets)
             except Exception:
                 self._owed.update(q for q, _ in wanted[i:])  # this one and those not tried
                 raise
             self._owed.discard(target)
+            if tickets:
+                self._heard[target] = time.monotonic()
             tasks += tickets
         return tasks
 
