@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,13 @@ from messaging.config import get_settings
 from messaging.errors import CourierError, not_found
 from messaging.service import archive
 from messaging.service.views import delivery_view, message_view
-from messaging.store.retention import RetentionStore, Stored, archived_days, final, newest_us
+from messaging.store.retention import (
+    RetentionStore,
+    Stored,
+    archived_buckets,
+    final,
+    newest_us,
+)
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
 
@@ -78,7 +83,7 @@ def _batch(rstore: RetentionStore, root: Path, project_id: str, retention_s: flo
         archive.append(root, project_id, day, [archive_line(s, now) for s in group])
     removed = rstore.remove(
         project_id, [(s, archive.day_of(int((s.record or {})["created_us"]))) for s in doomed],
-        cutoff_us, now // US_PER_MS, archive.day_of(now), retention_s)
+        cutoff_us, now // US_PER_MS, retention_s)
     rstore.forget(project_id, gone)
     rstore.later(project_id, later)
     return len(due), len(removed)
@@ -106,18 +111,12 @@ def sweep_project(rstore: RetentionStore, root: Path, project_id: str, retention
     return Round(removed, looked)
 
 
-def _archived_days(now: datetime, retention_s: float) -> list[str]:
-    """The UTC days whose removals may still answer 410, newest first."""
-    return [(now - timedelta(days=i)).strftime(archive.DAY_FORMAT)
-            for i in range(archived_days(retention_s))]
-
-
 async def missing(store: Store, project_id: str, some_id: str, what: str) -> CourierError:
     """The error for an id not in the store: 410 ARCHIVED when retention removed it."""
     retention_s = get_settings().retention_s
     if retention_s > 0 and ids.project_of(some_id) == project_id:
         day = await store.archived_day(project_id, some_id,
-                                       _archived_days(datetime.now(tz=UTC), retention_s))
+                                       archived_buckets(time.time(), retention_s))
         if day is not None:
             return CourierError(
                 "ARCHIVED", f"this {what} was archived and removed from the store",

@@ -59,10 +59,12 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :retention                             zset   every stored message id by the time (ms)
                                                   the sweeper next looks at it: admission,
                                                   then the newest activity it saw       no TTL
-    :archived:<YYYY-MM-DD>                 hash   message or delivery id -> UTC day of its
-                                                  archive file, for the ids removed that
-                                                  day (410 ARCHIVED)                    the
-                                                  retention period (at least a day)
+    :archived:<bucket>                     hash   message or delivery id -> UTC day of its
+                                                  archive file, for the ids removed in one
+                                                  retention period (at most a day:
+                                                  YYYY-MM-DD, or YYYY-MM-DDTHHMMSS from
+                                                  its start) (410 ARCHIVED)    the retention
+                                                  period after its last removal
     :retention_lock                        string the sweeper holding the project's
                                                   retention round                       lock time
     :allowed                               hash   authorized name -> JSON {name, expires_ms,
@@ -218,9 +220,10 @@ def retention(project_id: str) -> str:
     return f"{_p(project_id)}:retention"
 
 
-def archived(project_id: str, day: str) -> str:
-    """The ids removed on one UTC day (``YYYY-MM-DD``), each with its archive day."""
-    return f"{_p(project_id)}:archived:{day}"
+def archived(project_id: str, bucket: str) -> str:
+    """The ids removed in one stretch of time (``retention.archived_buckets``), each
+    with its archive day."""
+    return f"{_p(project_id)}:archived:{bucket}"
 
 
 def retention_lock(project_id: str) -> str:

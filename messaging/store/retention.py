@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.lock import Lock
@@ -58,13 +59,29 @@ def newest_us(stored: Stored) -> int:
 
 
 def archived_ttl_s(retention_s: float) -> int:
-    """How long the ids removed on one day answer 410: the retention period again."""
+    """How long a hash of removed ids answers 410 after its last removal: the
+    retention period again."""
     return max(1, int(retention_s) + 1)
 
 
-def archived_days(retention_s: float) -> int:
-    """How many days of archived ids a lookup reads (today and the ones before)."""
-    return int(retention_s) // SECONDS_PER_DAY + 2
+def archived_bucket_s(retention_s: float) -> int:
+    """How long one hash gathers removed ids: the retention period, at most a day.
+
+    Each hash expires a retention period after its last removal, so the ids kept
+    for 410 answers are those of one to two retention periods, whatever the rate.
+    """
+    return max(1, min(SECONDS_PER_DAY, int(retention_s)))
+
+
+def archived_buckets(now_s: float, retention_s: float) -> list[str]:
+    """The hashes of removed ids that may still answer, newest (the one removals
+    go to now) first: ``YYYY-MM-DD`` for a day's, ``YYYY-MM-DDTHHMMSS`` (UTC, its
+    start) for a shorter one."""
+    size = archived_bucket_s(retention_s)
+    form = "%Y-%m-%d" if size == SECONDS_PER_DAY else "%Y-%m-%dT%H%M%S"
+    start = int(now_s) // size * size
+    return [datetime.fromtimestamp(start - i * size, tz=UTC).strftime(form)
+            for i in range(int(retention_s) // size + 2)]
 
 
 class RetentionStore:
@@ -115,12 +132,14 @@ class RetentionStore:
             self.client.zadd(keys.retention(project_id), scores_ms, xx=True)
 
     def remove(self, project_id: str, doomed: list[tuple[Stored, str]], cutoff_us: int,
-               now_ms: int, today: str, retention_s: float) -> list[str]:
-        """Remove archived (message, archive day) pairs still final and old; their ids."""
+               now_ms: int, retention_s: float) -> list[str]:
+        """Remove archived (message, archive day) pairs still final and old; their ids
+        (kept a while for 410 answers, see ``archived_buckets``)."""
         if not doomed:
             return []
         script_keys = [keys.retention(project_id), keys.due(project_id),
-                       keys.archived(project_id, today)]
+                       keys.archived(project_id,
+                                      archived_buckets(now_ms / 1000, retention_s)[0])]
         layout = []
         for stored, day in doomed:
             msg = json.loads(stored.record["json"]) if stored.record else {}

@@ -310,11 +310,13 @@ class Store:
             args=[str(now_ms)],
         ))
 
-    async def archived_day(self, project_id: str, some_id: str, days: list[str]) -> str | None:
-        """The archive day of a removed message or delivery, if one of ``days`` removed it."""
+    async def archived_day(self, project_id: str, some_id: str,
+                           buckets: list[str]) -> str | None:
+        """The archive day of a removed message or delivery, if one of ``buckets``
+        (hashes of removed ids) has it."""
         pipe = self.client.pipeline(transaction=False)
-        for day in days:
-            pipe.hget(keys.archived(project_id, day), some_id)
+        for bucket in buckets:
+            pipe.hget(keys.archived(project_id, bucket), some_id)
         return next((str(d) for d in await pipe.execute() if d), None)
 
     async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:

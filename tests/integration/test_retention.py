@@ -159,6 +159,33 @@ def test_final_old_messages_are_archived_and_removed_with_everything(world: Worl
     assert "Handoff" in shown and "Re: Handoff" in shown and "accepted" in shown
 
 
+def test_a_removed_id_answers_410_for_a_retention_period_then_404(world: World,
+                                                                   kept: Stack) -> None:
+    # The ids kept for 410 answers go from the store in their turn, so a busy
+    # project's store does not grow with them (one to two retention periods).
+    sent = send(world, "Brief")
+    wait_until(lambda: accepted(world.admin, delivery_id(sent)), what="delivery")
+    wait_until(lambda: gone(world.alice, sent["id"]), REMOVAL_TIMEOUT_S, 0.2, "removal")
+    removed = time.monotonic()
+    time.sleep(RETENTION_S * 0.8)
+    assert gone(world.alice, sent["id"])  # still a retention period's 410 after removal
+
+    def answers_404() -> bool:
+        try:
+            world.alice.get_message(sent["id"])
+        except CourierAPIError as e:
+            return e.status == 404
+        raise AssertionError("a removed message was found again")
+
+    wait_until(answers_404, 3 * RETENTION_S + 5, 0.5, "the 410 answer to end")
+    assert time.monotonic() - removed >= RETENTION_S
+    with pytest.raises(CourierAPIError) as err:
+        world.alice.delivery(delivery_id(sent))
+    assert err.value.status == 404
+    prefix = keys.archived(world.project_id, "")
+    assert not [k for k in project_state(kept, world.project_id) if k.startswith(prefix)]
+
+
 def test_recent_activity_keeps_a_message_until_it_is_old(world: World) -> None:
     acked, control = send(world, "Ack me"), send(world, "Control")
     for m in (acked, control):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from messaging.service import archive
-from messaging.store.retention import Stored, final, newest_us
+from messaging.store.retention import Stored, archived_buckets, final, newest_us
 
 DAY = "2026-11-30"
 PID = "prj_0123456789ab"
@@ -57,3 +57,21 @@ def test_newest_activity_is_the_latest_time_of_the_message_and_its_deliveries() 
                     [{"admitted_us": "10", "read_us": "40", "lease_until_ms": "99"},
                      {"ack_us": "30", "outcome": "accepted"}])
     assert newest_us(stored) == 40
+
+
+# 2026-11-30 14:05:07 UTC
+NOW_S = 1_796_047_507
+
+
+def test_ids_removed_under_a_retention_of_days_are_kept_by_day() -> None:
+    assert archived_buckets(NOW_S, 30 * 86_400) == [
+        "2026-11-30", "2026-11-29", *(f"2026-11-{d:02d}" for d in range(28, 0, -1)),
+        "2026-10-31", "2026-10-30"]
+    assert archived_buckets(NOW_S, 86_400) == ["2026-11-30", "2026-11-29", "2026-11-28"]
+
+
+def test_ids_removed_under_a_shorter_retention_are_kept_by_that_period() -> None:
+    # Five minutes: a hash per five minutes from the epoch, the last three answer.
+    assert archived_buckets(NOW_S, 300) == ["2026-11-30T140500", "2026-11-30T140000",
+                                            "2026-11-30T135500"]
+    assert archived_buckets(NOW_S, 0.5) == ["2026-11-30T140507", "2026-11-30T140506"]

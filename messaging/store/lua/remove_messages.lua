@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  retention  zset    stored message ids by when retention looks at them
 -- KEYS[2]  due        zset    delivery ids by due time (ms)
--- KEYS[3]  archived   hash    today's removed ids -> their archive day (410 ARCHIVED)
+-- KEYS[3]  archived   hash    removed ids -> their archive day (410 ARCHIVED), the
+--                               hash of this stretch of time
 -- KEYS[4..]  per message, in the order of ARGV[1].messages: its message hash,
 --            its thread zset, then for each delivery its dlv hash and its
 --            recipient's inbox zset, then the event streams of its sender and
