@@ -232,8 +232,39 @@ def sample(c: Cluster, procs: dict[str, int], w: World, started: float,
     samples.append(row)
 
 
+def family(key: str) -> str:
+    """What kind of record a store key is: its name with the project and ids left out."""
+    parts = key.split(":")
+    if len(parts) < 2 or parts[0] != keys.PREFIX:
+        return "(not Courier's)"
+    if not parts[1].startswith("{p:"):
+        return parts[1]
+    kind = parts[2] if len(parts) > 2 else ""
+    if kind == "sx":
+        return "sx:project" if parts[3] == "project" else "sx:agent"
+    return kind
+
+
+def families(c: Cluster) -> dict[str, list[int]]:
+    """Every kind of record in the store: [keys, bytes] (``MEMORY USAGE`` of each key)."""
+    out: dict[str, list[int]] = {}
+    with c.redis() as r:
+        names = [str(k) for k in r.scan_iter(count=2000)]
+        for i in range(0, len(names), 1000):
+            chunk = names[i:i + 1000]
+            pipe = r.pipeline(transaction=False)
+            for k in chunk:
+                pipe.memory_usage(k, samples=0)
+            for k, used in zip(chunk, pipe.execute(), strict=True):
+                row = out.setdefault(family(k), [0, 0])
+                row[0] += 1
+                row[1] += int(used or 0)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
+
+
 def report(args: argparse.Namespace, samples: list[dict[str, Any]], minutes: list[dict[str, Any]],
-           w: World, sent: int, warm_s: float) -> dict[str, Any]:
+           w: World, sent: int, warm_s: float,
+           kinds: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
     """The figures: per-minute latencies, slopes after warm-up, bytes per stored message."""
     after = [s for s in samples if s["t_s"] >= warm_s] or samples[-2:]
     slopes = {name: round(slope_per_h([(s["t_s"], s["rss_bytes"][name] / 2**20) for s in after]),
@@ -259,6 +290,12 @@ def report(args: argparse.Namespace, samples: list[dict[str, Any]], minutes: lis
                                round(after[-1]["store_used_bytes"] / 2**20, 1)],
         "stored_messages_end": samples[-1]["stored_messages"],
         "store_bytes_per_stored_message": round(per_message),
+        # Per kind of record: [keys, MB] after warm-up and at the end.
+        "store_by_kind": {
+            name: {when: [kinds[when].get(name, [0, 0])[0],
+                          round(kinds[when].get(name, [0, 0])[1] / 2**20, 1)]
+                   for when in kinds}
+            for name in kinds.get("end", {})},
         "per_minute": minutes,
         "samples": samples,
     }
@@ -326,10 +363,15 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         side += [threading.Thread(target=follow_stream, args=(w, a), daemon=True)
                  for a in w.inbox[:STREAMS]]
 
+        warm_s = min(2 * args.retention_s + 60, args.minutes * 30)
+        kinds: dict[str, dict[str, list[int]]] = {}
+
         def sampler() -> None:
             while not w.stop.wait(args.sample_s):
                 try:
                     sample(c, procs, w, started, samples)
+                    if "after_warm_up" not in kinds and samples[-1]["t_s"] >= warm_s:
+                        kinds["after_warm_up"] = families(c)
                 except Exception as exc:  # noqa: BLE001 - reported
                     w.errors.append(f"sample: {exc}")
 
@@ -340,12 +382,12 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         minutes, sent = drive(args, workdir, url, procs, w, samples, started)
         sample(c, procs, w, started, samples)
         w.stop.set()
+        kinds["end"] = families(c)
         for proc in c.procs:
             if not proc.alive():
                 raise BenchError(f"{proc.name} died:\n{proc.tail()}")
     hook_server.shutdown()
-    return report(args, samples, minutes, w, sent,
-                  min(2 * args.retention_s + 60, args.minutes * 30))
+    return report(args, samples, minutes, w, sent, warm_s, kinds)
 
 
 def profile(workdir: Path, procs: dict[str, int], label: str, seconds: float) -> None:
