@@ -9,24 +9,24 @@ taking any ticket serves the next project of the ring, round robin, one batch:
 a project's backlog of thousands holds up another project's new mail by one
 batch per worker, not by the backlog.
 
-The API hands admitted deliveries to a ``BatchPublisher``: a thread that
-groups them per (project, transport), makes them ready and publishes their
-tickets. Each ``submit`` returns a future that says whether the batch carrying that
-delivery was published, so an answer can tell about its own send. A failed
+The API hands admitted deliveries to a ``BatchPublisher``: a task on its event
+loop that groups them per (project, transport), makes them ready and publishes
+their tickets. Each ``submit`` returns a future that says whether the batch
+carrying that delivery was published, so an answer can tell about its own send. A failed
 publish loses nothing: the delivery is already in the store's outbox, and the
 sweeper hands it over again (``publish_again``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-import queue
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from celery import Celery
 from kombu.exceptions import ChannelError
@@ -41,6 +41,7 @@ from messaging.runtime.celeryconf import (
     transport_kinds,
 )
 from messaging.store.deliveries import DeliveryStore
+from messaging.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,30 @@ BATCH_MAX = 400
 # so a send made once the broker is gone says its dispatch was deferred.
 RIDE_S = 0.1
 IDLE_WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Readied:
+    """What making one project's deliveries of a transport ready found."""
+
+    project_id: str
+    transport: str
+    added: int
+    lane: str
+    count: int
+
+    @property
+    def queue(self) -> str:
+        """The queue the project is served on for this transport."""
+        return queue_for(self.transport, self.lane)
+
+
+def grouped(items: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:
+    """(project, transport, delivery) items as delivery ids per (project, transport)."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for project_id, transport, delivery_id in items:
+        groups[(project_id, transport)].append(delivery_id)
+    return groups
 
 
 class Publisher:
@@ -84,10 +109,24 @@ class Publisher:
             self.app.send_task(DELIVER_TASK, args=[transport, lane],
                                queue=queue_for(transport, lane), retry=False)
 
-    def _ready(self, items: Iterable[tuple[str, str, str]], *,
+    def _before(self, r: Readied, whole: bool) -> int:
+        """How many of the project's ready deliveries had their tickets already."""
+        return 0 if whole or (r.transport, r.lane) in self._owed else r.count - r.added
+
+    def joins(self, r: Readied, whole: bool = False) -> bool:
+        """Whether the project must join its queue's ring.
+
+        A project with deliveries already ready is in the ring: whoever made the
+        set non-empty joins it (another API process may be a moment from doing
+        so: a ticket that finds the ring empty meanwhile is made good by the
+        sweeper), and a worker leaving the ring looks at the set again after
+        leaving.
+        """
+        return self._before(r, whole) == 0
+
+    def wanted(self, readied: Iterable[Readied], *,
                whole: bool = False) -> dict[tuple[str, str], int]:
-        """Make (project, transport, delivery) items ready, each project in its
-        queue's ring; returns the tickets they need per (transport, lane).
+        """The tickets made-ready deliveries need per (transport, lane).
 
         A project's ready deliveries have a ticket per batch: what joins a set
         that already fills part of a batch rides on that batch's ticket, so a
@@ -95,37 +134,58 @@ class Publisher:
         ``whole`` counts a ticket for every batch of the projects' ready sets
         (when tickets may have been lost), as do queues whose last publish failed.
         """
-        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for project_id, transport, delivery_id in items:
-            groups[(project_id, transport)].append(delivery_id)
-        wanted: dict[tuple[str, str], int] = defaultdict(int)
-        for (project_id, transport), dids in groups.items():
-            added, lane, count = self.store.make_ready(project_id, transport, dids)
-            self.store.ring_join(queue_for(transport, lane), project_id)
-            batch = batch_size(transport)
-            before = 0 if whole or (transport, lane) in self._owed else count - added
-            wanted[(transport, lane)] += math.ceil(count / batch) - math.ceil(before / batch)
-        return wanted
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        for r in readied:
+            batch = batch_size(r.transport)
+            out[(r.transport, r.lane)] += (math.ceil(r.count / batch)
+                                           - math.ceil(self._before(r, whole) / batch))
+        return out
+
+    def due(self, wanted: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], int]]:
+        """The tickets to publish now: those wanted, and one for a queue whose broker
+        was not heard from for ``RIDE_S`` (a send rides on its batch's ticket only
+        while the broker is known to be there)."""
+        now = time.monotonic()
+        return [(target, tickets or int(now - self._heard.get(target, 0.0) > RIDE_S))
+                for target, tickets in wanted.items()]
+
+    def send(self, due: list[tuple[tuple[str, str], int]]) -> int:
+        """Publish the tickets ``due`` gave; how many.
+
+        Raises:
+            kombu/OSError exceptions when the broker is unreachable; the queues
+            not published are owed whole counts next time.
+        """
+        sent = 0
+        for i, (target, tickets) in enumerate(due):
+            try:
+                self.tickets(*target, tickets)
+            except Exception:
+                self._owed.update(q for q, _ in due[i:])  # this one and those not tried
+                raise
+            self._owed.discard(target)
+            if tickets:
+                self._heard[target] = time.monotonic()
+            sent += tickets
+        return sent
+
+    def _ready(self, items: Iterable[tuple[str, str, str]], *,
+               whole: bool = False) -> dict[tuple[str, str], int]:
+        """Make (project, transport, delivery) items ready, each project in its
+        queue's ring; returns the tickets they need per (transport, lane)."""
+        readied = []
+        for (project_id, transport), dids in grouped(items).items():
+            r = Readied(project_id, transport, *self.store.make_ready(project_id, transport, dids))
+            if self.joins(r, whole):
+                self.store.ring_join(r.queue, project_id)
+            readied.append(r)
+        return self.wanted(readied, whole=whole)
 
     def publish_grouped(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Make (project, transport, delivery) items ready and publish their tickets,
         one per batch of each project's (and one where the broker was not heard from
         for ``RIDE_S``). Returns how many were published."""
-        wanted = list(self._ready(items).items())
-        tasks = 0
-        for i, (target, tickets) in enumerate(wanted):
-            if not tickets and time.monotonic() - self._heard.get(target, 0.0) > RIDE_S:
-                tickets = 1  # ask the broker again: has it gone since the last ticket?
-            try:
-                self.tickets(*target, tickets)
-            except Exception:
-                self._owed.update(q for q, _ in wanted[i:])  # this one and those not tried
-                raise
-            self._owed.discard(target)
-            if tickets:
-                self._heard[target] = time.monotonic()
-            tasks += tickets
-        return tasks
+        return self.send(self.due(self._ready(items)))
 
     def publish_again(self, items: Iterable[tuple[str, str, str]]) -> int:
         """Hand deliveries over again (the sweeper's outbox, a retry whose time came).
@@ -209,71 +269,90 @@ class Publisher:
             self._store.client.close()
 
 
-# One delivery to publish (project, transport, delivery id) and what its sender awaits.
-Submitted = tuple[tuple[str, str, str], Future[bool]]
-
-
 class BatchPublisher:
-    """A background thread that publishes what the API admitted, in batches."""
+    """Publishes what the API admitted, in batches, from the API's event loop.
 
-    def __init__(self, publisher: Publisher) -> None:
+    Deliveries submitted while a batch is being made ready gather into the next
+    one. Making ready and joining rings are store calls on the API's asyncio
+    client; only tickets go to the broker, from a thread of their own (the
+    broker's client is synchronous), and most batches need none: what joins a
+    partly filled batch rides on its ticket.
+    """
+
+    def __init__(self, publisher: Publisher, store: Store) -> None:
         self.publisher = publisher
-        self.pending: queue.SimpleQueue[Submitted | None] = queue.SimpleQueue()
+        self.store = store
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name="courier-publisher", daemon=True)
+        self._pending: list[Submitted] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._broker = ThreadPoolExecutor(1, thread_name_prefix="courier-publisher")
 
     def start(self) -> None:
-        """Start the thread."""
-        self._thread.start()
+        """Start publishing (on the running event loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="courier-publisher")
 
-    def submit(self, project_id: str, transport: str, delivery_id: str) -> Future[bool]:
+    def submit(self, project_id: str, transport: str, delivery_id: str) -> asyncio.Future[bool]:
         """Queue one delivery for publishing; never blocks.
 
         The future becomes True once the batch carrying it is published, False
         if that publish failed (the outbox keeps the delivery).
         """
-        published: Future[bool] = Future()
-        self.pending.put(((project_id, transport, delivery_id), published))
+        published: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append(((project_id, transport, delivery_id), published))
+        self._wake.set()
         return published
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Publish what is queued, then stop the thread."""
-        self.pending.put(None)
-        self._thread.join(timeout_s)
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Publish what is queued, then stop."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout_s)
+            except TimeoutError:
+                log.warning("the publisher did not finish in %.0f s; the outbox keeps "
+                            "what it had", timeout_s)
+        self._broker.shutdown(wait=False)
         self.publisher.close()
 
-    def _take_batch(self) -> tuple[list[Submitted], bool]:
-        try:
-            first = self.pending.get(timeout=IDLE_WAIT_S)
-        except queue.Empty:
-            return [], False
-        if first is None:
-            return [], True
-        batch = [first]
-        while len(batch) < BATCH_MAX:
-            try:
-                item = self.pending.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                return batch, True
-            batch.append(item)
-        return batch, False
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
+                ok = await self._publish([item for item, _ in batch])
+                for _, published in batch:
+                    if not published.done():
+                        published.set_result(ok)
+                if not ok and not self._stopping:
+                    await asyncio.sleep(IDLE_WAIT_S)
+            if self._stopping:
+                return
 
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch, stopping = self._take_batch()
-            if not batch:
-                continue
-            try:
-                self.publisher.publish_grouped(item for item, _ in batch)
-                ok = True
-            except Exception:  # the outbox keeps them; the sweeper publishes again
-                ok = False
-                self.failures += 1
-                log.warning("publish of %d deliveries failed; the outbox keeps them", len(batch))
-            for _, published in batch:
-                published.set_result(ok)
-            if not ok:
-                time.sleep(IDLE_WAIT_S)
+    async def _publish(self, items: list[tuple[str, str, str]]) -> bool:
+        """Make one batch ready and publish its tickets; False when that failed (the
+        outbox keeps its deliveries; the sweeper publishes them again)."""
+        try:
+            readied = []
+            for (project_id, transport), dids in grouped(items).items():
+                r = Readied(project_id, transport,
+                            *await self.store.make_ready(project_id, transport, dids))
+                if self.publisher.joins(r):
+                    await self.store.ring_join(r.queue, project_id)
+                readied.append(r)
+            due = self.publisher.due(self.publisher.wanted(readied))
+            if any(tickets for _, tickets in due):
+                await asyncio.get_running_loop().run_in_executor(
+                    self._broker, self.publisher.send, due)
+            return True
+        except Exception:  # the outbox keeps them; the sweeper publishes again
+            self.failures += 1
+            log.warning("publish of %d deliveries failed; the outbox keeps them", len(items))
+            return False
+
+
+# One delivery to publish (project, transport, delivery id) and what its sender awaits.
+Submitted = tuple[tuple[str, str, str], asyncio.Future[bool]]

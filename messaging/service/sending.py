@@ -7,7 +7,6 @@ import difflib
 import hashlib
 import json
 from collections.abc import Awaitable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -77,18 +76,18 @@ ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the se
 class Dispatcher(Protocol):
     """Where admitted deliveries go to be published."""
 
-    def submit(self, project_id: str, transport: str, delivery_id: str) -> Future[bool]:
+    def submit(self, project_id: str, transport: str,
+               delivery_id: str) -> asyncio.Future[bool]:
         """Queue a delivery; the future says whether its publish went through."""
         ...
 
 
-async def dispatch_warning(published: list[Future[bool]]) -> str | None:
+async def dispatch_warning(published: list[asyncio.Future[bool]]) -> str | None:
     """What an answer must say of publishing these deliveries, waiting briefly for it."""
     if not published:
         return None
-    waiting = [asyncio.wrap_future(f) for f in published]
-    done, _ = await asyncio.wait(waiting, timeout=PUBLISH_WAIT_S)
-    if len(done) < len(waiting):
+    done, _ = await asyncio.wait(published, timeout=PUBLISH_WAIT_S)
+    if len(done) < len(published):
         return WARN_UNCONFIRMED.format(ms=int(PUBLISH_WAIT_S * 1000))
     if not all(f.result() for f in done):
         return WARN_BROKER
@@ -255,7 +254,7 @@ async def _admit(
 async def _admission(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
     operation: str, in_reply_to: str | None,
-) -> tuple[Json, str, list[Future[bool]]]:
+) -> tuple[Json, str, list[asyncio.Future[bool]]]:
     """Check and admit a send: the store's answer, the message's JSON and, when it was
     admitted, its deliveries handed to the publisher."""
     project_id, sender_id = caller.require_agent()

@@ -310,6 +310,20 @@ class Store:
             args=[str(now_ms)],
         ))
 
+    async def make_ready(self, project_id: str, transport: str,
+                         delivery_ids: list[str]) -> tuple[int, str, int]:
+        """Add deliveries to the project's ready set: (how many were new, its lane,
+        ready count); see ``DeliveryStore.make_ready``."""
+        added, lane, count = await self.scripts.make_ready(
+            keys=[keys.project(project_id), keys.ready(project_id, transport),
+                  keys.seq(project_id)],
+            args=delivery_ids)
+        return int(added), str(lane), int(count)
+
+    async def ring_join(self, queue: str, project_id: str) -> None:
+        """Put a project in a queue's ring (served next); no change when it is there."""
+        await self.client.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+
     async def archived_day(self, project_id: str, some_id: str,
                            buckets: list[str]) -> str | None:
         """The archive day of a removed message or delivery, if one of ``buckets``

@@ -98,9 +98,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
         quiet_per_event_logs(settings)
-        publisher = BatchPublisher(Publisher(settings))
-        publisher.start()
         store = Store.from_url(settings.store_url)
+        publisher = BatchPublisher(Publisher(settings), store)
+        publisher.start()
         operator_token = settings.resolve_operator_token()
         svc = Services(settings, store, publisher, operator_token,
                        Gate(store, operator_token, settings.rate_limit_per_s), Hub(store))
@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             async with mcp_sessions.run():
                 yield
         finally:
-            publisher.stop()
+            await publisher.stop()
             await svc.hub.close()
             await svc.store.close()
 
