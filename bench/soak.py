@@ -234,15 +234,15 @@ def sample(c: Cluster, procs: dict[str, int], w: World, started: float,
 
 def family(key: str) -> str:
     """What kind of record a store key is: its name with the project and ids left out."""
-    parts = key.split(":")
-    if len(parts) < 2 or parts[0] != keys.PREFIX:
+    prefix, _, rest = key.partition(":")
+    if prefix != keys.PREFIX:
         return "(not Courier's)"
-    if not parts[1].startswith("{p:"):
-        return parts[1]
-    kind = parts[2] if len(parts) > 2 else ""
-    if kind == "sx":
-        return "sx:project" if parts[3] == "project" else "sx:agent"
-    return kind
+    if rest.startswith("{p:"):
+        parts = rest.partition("}:")[2].split(":")
+        if parts[0] == "sx":
+            return "sx:project" if parts[1:2] == ["project"] else "sx:agent"
+        return parts[0]
+    return rest.partition(":")[0]
 
 
 def families(c: Cluster) -> dict[str, list[int]]:
