@@ -27,6 +27,7 @@ from messaging import ids
 from messaging.config import get_settings
 from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
+from messaging.store.schema import pack_message, unpack_message
 from messaging.store.scripts import Scripts
 from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
@@ -97,7 +98,7 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
     settings = get_settings().model_copy(update={"redis_url": url})
     dispatcher = Dispatcher(DeliveryStore(client), settings)
     inbox = InboxTransport(settings)
-    template = json.loads(template_json)
+    template = unpack_message(template_json)
     words = random.Random(seed)
     grace_ms = int(settings.outbox_grace_s * 1000)
     try:
@@ -137,8 +138,7 @@ def _send(project_id: str, sender: Agent, recipient: Agent, template: dict[str, 
         "quiet_invalid": False, "recipients": [{"s": recipient.name}],
         "delivery_ids": [delivery_id],
     }
-    message = {**template, "id": mid, "thread_id": mid}
-    return args, json.dumps(message, ensure_ascii=False)
+    return args, pack_message({**template, "id": mid, "thread_id": mid})
 
 
 def wait_persisted(r: redis.Redis, timeout_s: float = 600.0) -> float:

@@ -5,7 +5,6 @@ Reading never dispatches. Fetching the inbox records ``delivery_observed``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from messaging import ids
@@ -14,6 +13,7 @@ from messaging.models import InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
+from messaging.store.schema import unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
@@ -36,7 +36,7 @@ def _project_of(caller: Caller, scoped_id: str, what: str) -> str:
 
 def visible(caller: Caller, record: Json) -> Json | None:
     """The message as the caller may see it, or None."""
-    msg_sender = json.loads(record["json"])["sender_id"]
+    msg_sender = unpack_message(record["json"])["sender_id"]
     if caller.kind is not CallerKind.AGENT or caller.agent_id == msg_sender:
         return message_view(record, full=True)
     if caller.agent_id in {a for _, a in deliveries_of(record)} - withheld_from(record):
@@ -66,7 +66,7 @@ async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
         mids.insert(0, thread_id)
     records = await store.get_messages(caller.project_id, mids)
     views = [v for r in records
-             if r and json.loads(r["json"])["thread_id"] == thread_id
+             if r and unpack_message(r["json"])["thread_id"] == thread_id
              and (v := visible(caller, r)) is not None]
     if not views:
         raise not_found("thread")
@@ -173,7 +173,7 @@ async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
     if dlv is None:
         raise await missing(store, project_id, delivery_id, "delivery")
     record = await store.get_message(project_id, dlv["message_id"])
-    sender_id = json.loads(record["json"])["sender_id"] if record else ""
+    sender_id = unpack_message(record["json"])["sender_id"] if record else ""
     if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sender_id):
         raise not_found("delivery")
     return delivery_view(dlv)
@@ -185,7 +185,7 @@ async def message_deliveries(store: Store, caller: Caller, message_id: str) -> J
     record = await store.get_message(project_id, message_id)
     if record is None:
         raise await missing(store, project_id, message_id, "message")
-    sender_id = json.loads(record["json"])["sender_id"]
+    sender_id = unpack_message(record["json"])["sender_id"]
     dids = [d for d, _ in deliveries_of(record)]
     dlvs = await store.get_deliveries(project_id, dids)
     rows = [

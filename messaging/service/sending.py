@@ -10,7 +10,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
 from prometheus_client import Counter
 
 from messaging import ids
@@ -28,7 +27,7 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.fairshare import FairShare
 from messaging.service.views import label, message_view
-from messaging.store.schema import Target
+from messaging.store.schema import Target, pack_message, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
@@ -292,8 +291,8 @@ async def _admission(
         "delivery_ids": [ids.new_delivery_id(project_id) for _ in recipients],
         "has_bcc": bool(body.bcc),
     }
-    # Compact UTF-8: every stored byte is kept for the message's lifetime.
-    message_json = orjson.dumps(message).decode()
+    # Compact, defaults left out: every stored byte is kept for the message's lifetime.
+    message_json = pack_message(message)
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
     published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
                  for obs in answer["observations"]
@@ -386,7 +385,7 @@ async def _reply(
         message_id) == project_id else None
     if record is None:
         raise not_found("message")
-    original = json.loads(record["json"])
+    original = unpack_message(record["json"])
     receivers = {a for _, a in json.loads(record["deliveries"])}
     if agent_id != original["sender_id"] and agent_id not in receivers:
         raise not_found("message")

@@ -32,6 +32,7 @@ from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
 from messaging.service.views import label
 from messaging.store.connect import SyncClient
 from messaging.store.live import expire_subscriptions
+from messaging.store.schema import pack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
@@ -76,10 +77,11 @@ def _notice_json(state: str, sub: Json, project_key: str) -> str:
         "subject": subject, "body_md": body, "topic": None,
         "importance": "normal", "ack_required": False, "delivery_policy": "checked",
         "resource_notice": None, "summary": None, "in_reply_to": sub["message_id"] or None,
+        "probe": False,
         "idle_notice": {"subscription_id": sub["id"], "target": sub["target"],
                         "target_id": sub["target_id"], "state": state},
     }
-    return json.dumps(message, ensure_ascii=False)
+    return pack_message(message)
 
 
 def _refused(target: str, reason: str, *, persisted: bool) -> CourierError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from messaging.store.schema import unpack_message
 from messaging.timefmt import rfc3339
 
 Json = dict[str, Any]
@@ -64,7 +65,7 @@ def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> J
     ``full`` shows everything (sender, project, operator); otherwise bcc shows
     only the viewer, and the sender's summary is left out.
     """
-    msg: Json = json.loads(record["json"])
+    msg: Json = unpack_message(record["json"])
     if not full:
         resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
         msg["bcc"] = [b for b in msg["bcc"] if viewer_id and resolved.get(b) == viewer_id]

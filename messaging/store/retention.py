@@ -17,6 +17,7 @@ from redis.lock import Lock
 
 from messaging.store import keys
 from messaging.store.connect import SyncClient
+from messaging.store.schema import unpack_message
 from messaging.store.scripts import source
 from messaging.store.searchindex import unindex_messages
 
@@ -142,7 +143,7 @@ class RetentionStore:
                                       archived_buckets(now_ms / 1000, retention_s)[0])]
         layout = []
         for stored, day in doomed:
-            msg = json.loads(stored.record["json"]) if stored.record else {}
+            msg = unpack_message(stored.record["json"]) if stored.record else {}
             streams = sorted(({msg.get("sender_id", "")} | {a for _, a in stored.pairs}) - {""})
             script_keys += [keys.message(project_id, stored.message_id),
                             keys.thread(project_id, msg.get("thread_id", stored.message_id))]
@@ -157,7 +158,7 @@ class RetentionStore:
         gone = []
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
-                msg = json.loads(stored.record["json"])
+                msg = unpack_message(stored.record["json"])
                 gone.append((stored.message_id, msg, [msg["sender_id"],
                                                       *(a for _, a in stored.pairs)]))
         unindex_messages(self.client, self._prune_words, project_id, gone)

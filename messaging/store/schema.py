@@ -11,7 +11,13 @@ Delivery (hash ``dlv:<id>``): ``DeliveryField``; one per message x recipient.
 
 from __future__ import annotations
 
+import copy
 from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from messaging import ids
 
 
 class AgentField(StrEnum):
@@ -86,3 +92,57 @@ class Target(StrEnum):
 
     PINNED = "pinned"
     PENDING = "pending"  # an authorized name no agent has registered yet
+
+
+# A stored message's JSON leaves out what follows from the rest: its project and
+# thread when its id says them, and these fields at these values. Every message
+# pays for what it stores as long as it is kept, and most carry the defaults.
+MESSAGE_DEFAULTS: dict[str, Any] = {
+    "revision": 1, "cc": [], "bcc": [], "topic": None, "importance": "normal",
+    "ack_required": False, "delivery_policy": "checked", "resource_notice": None,
+    "summary": None, "in_reply_to": None, "probe": False,
+}
+# The order of a message's fields when it is read back (others follow, as stored).
+MESSAGE_ORDER = (
+    "id", "project_id", "thread_id", "revision", "from", "sender_id", "sender_location",
+    "to", "cc", "bcc", "subject", "body_md", "topic", "importance", "ack_required",
+    "delivery_policy", "resource_notice", "summary", "in_reply_to", "probe",
+)
+
+
+def _is_default(field: str, value: Any) -> bool:
+    default = MESSAGE_DEFAULTS[field]
+    return value is None if default is None else (type(value) is type(default)
+                                                  and value == default)
+
+
+def pack_message(msg: dict[str, Any]) -> str:
+    """A message's JSON as the store keeps it (compact UTF-8, defaults left out)."""
+    mid = str(msg["id"])
+    out = {k: v for k, v in msg.items()
+           if not (k in MESSAGE_DEFAULTS and _is_default(k, v))
+           and not (k == "thread_id" and v == mid)
+           and not (k == "project_id" and v == ids.project_of(mid))}
+    location = out.get("sender_location")
+    if isinstance(location, dict) and location.get("bound_source", "") is None:
+        out["sender_location"] = {k: v for k, v in location.items() if k != "bound_source"}
+    return orjson.dumps(out).decode()
+
+
+def unpack_message(raw: str | bytes) -> dict[str, Any]:
+    """A stored message's JSON with every field, in ``MESSAGE_ORDER``."""
+    stored: dict[str, Any] = orjson.loads(raw)
+    mid = str(stored["id"])
+    implied = {"project_id": ids.project_of(mid), "thread_id": mid}
+    msg: dict[str, Any] = {}
+    for k in MESSAGE_ORDER:
+        if k in stored:
+            msg[k] = stored[k]
+        elif k in implied:
+            msg[k] = implied[k]
+        elif k in MESSAGE_DEFAULTS:
+            msg[k] = copy.copy(MESSAGE_DEFAULTS[k])
+    msg.update((k, v) for k, v in stored.items() if k not in msg)
+    if isinstance(msg.get("sender_location"), dict):
+        msg["sender_location"].setdefault("bound_source", None)
+    return msg

@@ -20,6 +20,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, filter_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
+from messaging.store.schema import unpack_message
 from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
@@ -74,7 +75,7 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
         if not raw:
             continue  # gone (archived) before it was indexed
         found += 1
-        msg = json.loads(raw)
+        msg = unpack_message(raw)
         words = message_words(msg)
         postings = [keys.search_postings(project_id, term) for term in filter_terms(msg) + words]
         postings += [keys.search_seen(project_id, agent)
