@@ -221,13 +221,16 @@ def slope_per_h(points: list[tuple[float, float]]) -> float:
 
 
 def sample(c: Cluster, procs: dict[str, int], w: World, started: float,
-           samples: list[dict[str, Any]]) -> None:
-    """One row: every process's RSS, the store's memory and stored messages."""
+           samples: list[dict[str, Any]], retention_s: float) -> None:
+    """One row: every process's RSS, the store's memory, stored messages and how many
+    of them a retention round may look at now (their last activity is old enough)."""
+    cutoff_ms = int((time.time() - retention_s) * 1000)
     with c.redis() as r:
         mem = r.info("memory")
         stored = r.zcard(keys.retention(w.project_id))
+        due = r.zcount(keys.retention(w.project_id), 0, cutoff_ms)
     row = {"t_s": round(time.monotonic() - started, 1), "stored_messages": stored,
-           "store_used_bytes": int(mem["used_memory"]),
+           "due_for_retention": due, "store_used_bytes": int(mem["used_memory"]),
            "rss_bytes": {name: tree_rss_bytes(pid) for name, pid in procs.items()}}
     samples.append(row)
 
@@ -342,7 +345,8 @@ def drive(args: argparse.Namespace, workdir: Path, url: str, procs: dict[str, in
                         "store_mb": round(samples[-1]["store_used_bytes"] / 2**20, 1)})
         print(f"[{time.monotonic() - started:7.1f}s] minute {len(minutes)}: send p50/p99 "
               f"{minutes[-1]['send']['p50_ms']}/{minutes[-1]['send']['p99_ms']} ms, store "
-              f"{minutes[-1]['store_mb']} MB, {minutes[-1]['stored_messages']} stored",
+              f"{minutes[-1]['store_mb']} MB, {minutes[-1]['stored_messages']} stored, "
+              f"{samples[-1]['due_for_retention']} of them due for retention",
               file=sys.stderr, flush=True)
         left -= chunk
     return minutes, sent
@@ -369,18 +373,18 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         def sampler() -> None:
             while not w.stop.wait(args.sample_s):
                 try:
-                    sample(c, procs, w, started, samples)
+                    sample(c, procs, w, started, samples, args.retention_s)
                     if "after_warm_up" not in kinds and samples[-1]["t_s"] >= warm_s:
                         kinds["after_warm_up"] = families(c)
                 except Exception as exc:  # noqa: BLE001 - reported
                     w.errors.append(f"sample: {exc}")
 
         side.append(threading.Thread(target=sampler, daemon=True))
-        sample(c, procs, w, started, samples)
+        sample(c, procs, w, started, samples, args.retention_s)
         for t in side:
             t.start()
         minutes, sent = drive(args, workdir, url, procs, w, samples, started)
-        sample(c, procs, w, started, samples)
+        sample(c, procs, w, started, samples, args.retention_s)
         w.stop.set()
         kinds["end"] = families(c)
         for proc in c.procs:
