@@ -235,12 +235,16 @@ async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
         hub.join(project_id, listener)
         renew_at = time.monotonic() + STREAM_RENEW_S
         while not listener.overflowed:
+            # Wait until the renewal is due, not a fixed period: an event loop's timer
+            # may fire a little before the clock says, and a fixed wait that ends just
+            # short of the renewal would put it off a whole period.
             try:
-                first = await asyncio.wait_for(listener.entries.get(), STREAM_RENEW_S)
+                first = await asyncio.wait_for(listener.entries.get(),
+                                               max(0.0, renew_at - time.monotonic()))
                 batch = _batch(listener, first)
+                due = time.monotonic() >= renew_at
             except TimeoutError:
-                batch = []
-            due = time.monotonic() >= renew_at
+                batch, due = [], True
             # One read per batch: the batch was written to the stream before this read, so
             # while the token still admits, none of it came after a revocation.
             if (batch or due) and await _live_token(store, project_id, agent_id) != token:
