@@ -46,6 +46,15 @@ class StoreUrlError(ValueError):
     """A store URL Courier cannot use (a cluster URL naming a database other than 0)."""
 
 
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client, whose ``close`` also closes its connections to
+    the nodes (redis-py's own leaves them open until garbage collection)."""
+
+    def close(self) -> None:
+        self.disconnect_connection_pools()  # type: ignore[no-untyped-call]
+        super().close()
+
+
 def is_cluster(url: str) -> bool:
     """True when ``url`` names a Redis Cluster."""
     return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
@@ -70,7 +79,7 @@ def sync_client(url: str, **options: Any) -> SyncClient:
     """A synchronous client of the store at ``url`` (workers, sweeper, tools)."""
     settings = {**STORE_OPTIONS, **options}
     if is_cluster(url):
-        return RedisCluster.from_url(node_url(url), **settings)
+        return ClusterClient.from_url(node_url(url), **settings)
     return redis.Redis.from_url(url, **settings)
 
 

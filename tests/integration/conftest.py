@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +12,14 @@ import pytest
 
 from messaging.client import CourierClient
 from tests.stack import Stack, served_stack
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """A socket or file left open is reported by the test that left it, not by
+    whichever later test the garbage collector happens to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
