@@ -15,7 +15,7 @@ import pytest
 import tests.stack
 from messaging.client import CourierClient
 from messaging.runtime.embedded import EmbeddedStore
-from messaging.store import keys
+from messaging.store import connect, keys
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until
 
@@ -136,6 +136,23 @@ def test_a_store_killed_and_restarted_from_its_aof_loses_no_admitted_send(tmp_pa
         stack.stop()
 
 
+def _where_deliveries_are(stack: Stack, project_id: str) -> str:
+    """What a stalled delivery test needs to tell: the project's due and ready
+    deliveries, the rings, the broker's queues and the worker's last lines."""
+    with stack.redis() as r, connect.sync_client(stack.broker_url) as b:
+        rings = {k: r.zrange(k, 0, -1) for k in r.scan_iter(match=keys.ring("*"))}
+        due = r.zrange(keys.due(project_id), 0, -1, withscores=True)
+        state = {"due": [(did, score, r.hmget(keys.delivery(project_id, did), "stage",
+                                              "sweeps", "lease_until_ms"))
+                         for did, score in due],
+                 "now_ms": int(time.time() * 1000),
+                 "ready": r.zrange(keys.ready(project_id, "inbox"), 0, -1),
+                 "rings": rings,
+                 "broker": {k: b.llen(k) for k in b.scan_iter() if b.type(k) == "list"}}
+    workers = [p.tail(60) for p in stack.procs if p.name == "worker"]
+    return f"store: {state}\nworker log:\n" + "\n".join(workers)
+
+
 @pytest.mark.timeout(120)
 def test_sends_while_the_broker_is_down_are_admitted_with_a_warning_and_delivered_later(
         tmp_path: Path):
@@ -159,10 +176,11 @@ def test_sends_while_the_broker_is_down_are_admitted_with_a_warning_and_delivere
         broker = EmbeddedStore(tmp_path / "broker", port=broker.port)
         broker.start()
         want = {m["id"] for m in during}
-        got = wait_until(
-            lambda: want <= {m["id"] for m in bob.iter_inbox(limit=500)}, 60, 0.5,
-            "the sends made while the broker was down")
-        assert got
+        try:
+            wait_until(lambda: want <= {m["id"] for m in bob.iter_inbox(limit=500)}, 60, 0.5,
+                       "the sends made while the broker was down")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_where_deliveries_are(stack, project_id)}") from None
         alice.close()
         bob.close()
     finally:
