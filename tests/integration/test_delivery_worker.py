@@ -358,7 +358,7 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
     with open_project(own_stack) as a, open_project(own_stack) as b:
         a1, _ = a.agent("A1"), a.agent("A2")
         b1, _ = b.agent("B1"), b.agent("B2")
-        backlog = _sent(a1, "A2", 1500)
+        backlog = _sent(a1, "A2", 2500)
         own_stack.start_worker(queues=queue_for("inbox"), beat=False)
         with own_stack.redis() as r:
             wait_until(lambda: int(r.hget(keys.stats(a.project_id), "outcome:accepted")
