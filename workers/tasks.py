@@ -85,9 +85,9 @@ def deliver(transport: str, lane: str = "") -> str:
         if turn is None:
             break
         project_id, waiting = turn
-        served, gave_way = _turn(carrier, queue, lane, project_id, waiting)
+        served, gave_way, unticketed = _turn(carrier, queue, lane, project_id, waiting)
         if served is not None or gave_way:
-            owed = gave_way
+            owed = unticketed
         if served is not None:
             told.append(served)
             # A turn that gave way to a waiting project hands this ticket on to it
@@ -95,9 +95,9 @@ def deliver(transport: str, lane: str = "") -> str:
             if not gave_way:
                 break
     if owed:
-        # The last turn gave way with mail left, which a ticket of its own must
-        # carry (a whole batch has one from its publisher already; a turn that
-        # gave way and was followed by a whole one is even with the tickets).
+        # The last turn left mail that no ticket carries (it gave way, or served
+        # a whole batch while more was made ready): it gets one of its own. A turn
+        # that gave way and was followed by a whole one is even with the tickets.
         publisher().tickets(carrier.kind, lane, 1)
     if told:
         return "; ".join(told)
@@ -106,9 +106,17 @@ def deliver(transport: str, lane: str = "") -> str:
 
 
 def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
-          waiting: int) -> tuple[str | None, bool]:
+          waiting: int) -> tuple[str | None, bool, bool]:
     """One project's turn: what it did (None when it had nothing ready, or moved
-    lanes), and whether it ended early because another project waits."""
+    lanes), whether it ended early because another project waits, and whether
+    it leaves deliveries ready that no ticket carries.
+
+    Those are what it left when it gave way, or what was made ready during a
+    turn that served a whole batch: the publisher counted them against the
+    ready set as the turn shrank it, as if this turn's ticket still covered
+    them, so they ride on no ticket (what was ready when the turn began has
+    the tickets of its other batches).
+    """
     transport = carrier.kind
     # A project is served a tenth of a batch at a time (the transport's parallel
     # deliveries at least); between two, a look at the ring: another project
@@ -117,9 +125,12 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     counts: Counter[str] = Counter()
     done = 0
     gave_way = False
+    newest_at_start = None
     while True:
         taken = store().take_ready(project_id, transport, lane,
                                    min(step, carrier.batch_size - done))
+        if newest_at_start is None:
+            newest_at_start = taken.newest
         if taken.moved_to is not None:
             # The project moved to another lane since it joined this ring.
             store().ring_drop(queue, project_id)
@@ -142,7 +153,9 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
         # Mail made ready while the project left the ring: its ticket may have been
         # spent on an empty ring.
         publisher().tickets(transport, lane, 1)
-    return (summary(transport, project_id, counts) if done else None), gave_way
+    unticketed = taken.moved_to is None and taken.left > 0 and (
+        gave_way or taken.newest > (newest_at_start or 0))
+    return (summary(transport, project_id, counts) if done else None), gave_way, unticketed
 
 
 def index(project_id: str, leased: list[Leased]) -> None:

@@ -50,6 +50,7 @@ class Taken:
     delivery_ids: list[str]
     left: int  # ready deliveries of the transport still waiting
     moved_to: str | None = None  # the project's lane, when it is no longer this queue's
+    newest: int = 0  # the newest ready score left (the project's sequence; 0: none)
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class DeliveryStore:
             args=[lane, str(count)])
         if int(raw[0]) == 0:
             return Taken([], 0, str(raw[1]))
-        return Taken([str(d) for d in raw[2:]], int(raw[1]))
+        return Taken([str(d) for d in raw[3:]], int(raw[1]), newest=int(float(raw[2])))
 
     def ready_count(self, project_id: str, transport: str) -> int:
         """How many of the project's deliveries of one transport wait for a turn."""

@@ -10,16 +10,22 @@
 -- ARGV[2]  how many to take at most
 --
 -- Returns {0, the project's lane} when it is on another lane (nothing taken),
--- else {1, ready count left, delivery ids taken...}.
+-- else {1, ready count left, the newest score left (0: none), delivery ids
+-- taken...}. Scores come from the project's sequence: a newest score past the
+-- one a turn saw at its start means deliveries were made ready during the turn.
 
 local lane = redis.call("HGET", KEYS[1], "lane") or ""
 if lane ~= ARGV[1] then
   return {0, lane}
 end
-local out = {1, 0}
+local out = {1, 0, 0}
 local popped = redis.call("ZPOPMIN", KEYS[2], ARGV[2])
 for i = 1, #popped, 2 do
   out[#out + 1] = popped[i]
 end
 out[2] = redis.call("ZCARD", KEYS[2])
+local newest = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
+if newest[2] then
+  out[3] = newest[2]
+end
 return out
