@@ -352,7 +352,7 @@ def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_s
 
 
 def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack):
-    # A alone is served whole batches, a tenth at a time. B's messages, sent
+    # A alone is served whole batches, a step at a time. B's messages, sent
     # at moments spread over A's drain, each wait for the steps under way (one
     # per worker process), never for the rest of the batches they belong to.
     with open_project(own_stack) as a, open_project(own_stack) as b:
