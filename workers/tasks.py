@@ -30,11 +30,11 @@ LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the reques
 # A ticket that finds a project with nothing ready (taken by another ticket)
 # tries the next project, this many times at most.
 TURNS_PER_TICKET = 8
-# A turn is carried this fraction of a batch at a time (a step); between two
+# A turn is carried a batch divided by this at a time (a step); between two
 # steps it looks for another project waiting. A twentieth of an inbox batch (5)
 # made another project's p99 under a flood about 40% lower than a tenth did, for
 # about 15% of a lone backlog's drain rate.
-SHARED_TURN = 20
+STEPS_PER_BATCH = 20
 
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
@@ -124,15 +124,15 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     # A project is served a twentieth of a batch at a time (the transport's parallel
     # deliveries at least); between two, a look at the ring: another project
     # waiting ends the turn, so none waits behind more than one such step.
-    step = max(carrier.parallel, carrier.batch_size // SHARED_TURN, 1)
+    step = max(carrier.parallel, carrier.batch_size // STEPS_PER_BATCH, 1)
     counts: Counter[str] = Counter()
     done = 0
     gave_way = False
-    newest_at_start = None
+    newest_at_start = -1  # the newest ready score the turn's first take left
     while True:
         taken = store().take_ready(project_id, transport, lane,
                                    min(step, carrier.batch_size - done))
-        if newest_at_start is None:
+        if newest_at_start < 0:
             newest_at_start = taken.newest
         if taken.moved_to is not None:
             # The project moved to another lane since it joined this ring.
@@ -157,7 +157,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
         # spent on an empty ring.
         publisher().tickets(transport, lane, 1)
     unticketed = taken.moved_to is None and taken.left > 0 and (
-        gave_way or taken.newest > (newest_at_start or 0))
+        gave_way or taken.newest > newest_at_start)
     return (summary(transport, project_id, counts) if done else None), gave_way, unticketed
 
 
