@@ -11,6 +11,7 @@ its own as the Celery broker.
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -38,11 +39,30 @@ CLUSTER_NODES = 3
 STORE = os.environ.get("COURIER_TEST_STORE", "node")
 
 
+def _outgoing_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports below the range the kernel hands outgoing connections: a port picked
+# here cannot be taken by some process's outbound socket before its server binds
+# it (a port from bind(0) can, and did).
+_PORTS = range(10000, max(10001, _outgoing_ports_start()))
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody listens on right now, outside the outgoing ports' range."""
+    for _ in range(1000):
+        port = random.choice(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05, what: str = ""):

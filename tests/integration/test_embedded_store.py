@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,18 +14,10 @@ import redis
 
 from messaging.config import EMBEDDED_URL_FILE
 from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
-from tests.stack import wait_until
+from tests.stack import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
