@@ -100,7 +100,9 @@ def test_the_event_stream_and_subscriptions_are_rate_limited(lproject: Project):
             if response.status_code == 429:
                 response.read()
     limited = _refused(answers)
-    assert limited and "per second" in limited[0].json()["error"]["message"]
+    # The stream cap may answer some first: a stream the client closed is
+    # counted until the server has seen it go.
+    assert any("per second" in r.json()["error"]["message"] for r in limited)
 
 
 def test_mcp_tool_calls_are_rate_limited_like_rest_sends(lproject: Project):
