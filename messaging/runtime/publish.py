@@ -9,12 +9,13 @@ taking any ticket serves the next project of the ring, round robin, one batch:
 a project's backlog of thousands holds up another project's new mail by one
 batch per worker, not by the backlog.
 
-The API hands admitted deliveries to a ``BatchPublisher``: a task on its event
-loop that groups them per (project, transport), makes them ready and publishes
-their tickets. Each ``submit`` returns a future that says whether the batch
-carrying that delivery was published, so an answer can tell about its own send. A failed
-publish loses nothing: the delivery is already in the store's outbox, and the
-sweeper hands it over again (``publish_again``).
+A send's deliveries join their ready sets in the admission script itself; the
+API hands what it made ready (and other hand-overs, made ready here) to a
+``BatchPublisher``: a task on its event loop that puts the projects in their
+rings and publishes their tickets. Each submission returns a future that says
+whether the batch carrying it was published, so an answer can tell about its
+own send. A failed publish loses nothing: the delivery is already in the
+store's outbox, and the sweeper hands it over again (``publish_again``).
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ class Publisher:
         """
         sent = 0
         for i, (target, tickets) in enumerate(due):
+            if target in self._owed:
+                # What was counted as riding on a ticket that then failed to publish.
+                tickets = max(tickets, 1)
             try:
                 self.tickets(*target, tickets)
             except Exception:
@@ -272,11 +276,17 @@ class Publisher:
 class BatchPublisher:
     """Publishes what the API admitted, in batches, from the API's event loop.
 
-    Deliveries submitted while a batch is being made ready gather into the next
-    one. Making ready and joining rings are store calls on the API's asyncio
-    client; only tickets go to the broker, from a thread of their own (the
-    broker's client is synchronous), and most batches need none: what joins a
-    partly filled batch rides on its ticket.
+    Two stages, each a task on the loop. Rings: a send's deliveries arrive
+    already ready (the admission script made them so), other hand-overs (a
+    bound name, a release, a redrive, a notice) are made ready here, and the
+    projects that need it join their rings, all of a batch in one store round
+    trip on the API's asyncio client. Tickets: what the batches need goes to
+    the broker from a thread of its own (the broker's client is synchronous),
+    everything queued since the last publish at once. A project's mail is thus
+    in its ring, where busy workers look between steps, without waiting for
+    any broker round trip; tickets go out in the order their batches joined,
+    and a batch that rides on an earlier batch's ticket is confirmed only once
+    that ticket is.
     """
 
     def __init__(self, publisher: Publisher, store: Store) -> None:
@@ -285,22 +295,43 @@ class BatchPublisher:
         self.failures = 0
         self._pending: list[Submitted] = []
         self._wake = asyncio.Event()
+        self._due: list[tuple[Due, list[asyncio.Future[bool]]]] = []
+        self._due_wake = asyncio.Event()
+        self._sending = False  # tickets on their way to the broker
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        self._ringing: asyncio.Task[None] | None = None
+        self._ticketing: asyncio.Task[None] | None = None
         self._broker = ThreadPoolExecutor(1, thread_name_prefix="courier-publisher")
+
+    @property
+    def ready_kinds(self) -> list[str]:
+        """The transports whose deliveries admission makes ready itself."""
+        return transport_kinds()
 
     def start(self) -> None:
         """Start publishing (on the running event loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="courier-publisher")
+        loop = asyncio.get_running_loop()
+        self._ringing = loop.create_task(self._rings(), name="courier-publisher-rings")
+        self._ticketing = loop.create_task(self._tickets(), name="courier-publisher-tickets")
 
     def submit(self, project_id: str, transport: str, delivery_id: str) -> asyncio.Future[bool]:
-        """Queue one delivery for publishing; never blocks.
+        """Queue one delivery for making ready and publishing; never blocks.
 
         The future becomes True once the batch carrying it is published, False
         if that publish failed (the outbox keeps the delivery).
         """
+        return self._queue((project_id, transport, delivery_id))
+
+    def submit_ready(self, project_id: str, transport: str, added: int, lane: str,
+                     count: int) -> asyncio.Future[bool]:
+        """Queue ``added`` deliveries the admission script made ready (``count`` ready
+        now, served on ``lane``), for their ring and tickets; never blocks. The
+        future is as ``submit``'s."""
+        return self._queue(Readied(project_id, transport, added, lane, count))
+
+    def _queue(self, item: Item) -> asyncio.Future[bool]:
         published: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append(((project_id, transport, delivery_id), published))
+        self._pending.append((item, published))
         self._wake.set()
         return published
 
@@ -308,51 +339,93 @@ class BatchPublisher:
         """Publish what is queued, then stop."""
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
+        self._due_wake.set()
+        if self._ringing is not None and self._ticketing is not None:
             try:
-                await asyncio.wait_for(self._task, timeout_s)
+                await asyncio.wait_for(asyncio.gather(self._ringing, self._ticketing), timeout_s)
             except TimeoutError:
                 log.warning("the publisher did not finish in %.0f s; the outbox keeps "
                             "what it had", timeout_s)
         self._broker.shutdown(wait=False)
         self.publisher.close()
 
-    async def _run(self) -> None:
+    async def _rings(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
                 batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
-                ok = await self._publish([item for item, _ in batch])
-                for _, published in batch:
-                    if not published.done():
-                        published.set_result(ok)
-                if not ok and not self._stopping:
-                    await asyncio.sleep(IDLE_WAIT_S)
+                futures = [published for _, published in batch]
+                try:
+                    due = self.publisher.due(self.publisher.wanted(
+                        await self._ready([item for item, _ in batch])))
+                except Exception:  # the store: nothing of this batch is published
+                    self._settle(futures, ok=False)
+                    if not self._stopping:
+                        await asyncio.sleep(IDLE_WAIT_S)
+                    continue
+                if not any(tickets for _, tickets in due) and not self._due \
+                        and not self._sending:
+                    # It rides on tickets the broker took, none of them still on its way.
+                    self._settle(futures, ok=True)
+                else:
+                    self._due.append((due, futures))
+                    self._due_wake.set()
             if self._stopping:
+                self._due_wake.set()
                 return
 
-    async def _publish(self, items: list[tuple[str, str, str]]) -> bool:
-        """Make one batch ready and publish its tickets; False when that failed (the
-        outbox keeps its deliveries; the sweeper publishes them again)."""
-        try:
-            readied = []
-            for (project_id, transport), dids in grouped(items).items():
-                r = Readied(project_id, transport,
-                            *await self.store.make_ready(project_id, transport, dids))
-                if self.publisher.joins(r):
-                    await self.store.ring_join(r.queue, project_id)
-                readied.append(r)
-            due = self.publisher.due(self.publisher.wanted(readied))
-            if any(tickets for _, tickets in due):
-                await asyncio.get_running_loop().run_in_executor(
-                    self._broker, self.publisher.send, due)
-            return True
-        except Exception:  # the outbox keeps them; the sweeper publishes again
+    async def _tickets(self) -> None:
+        while True:
+            await self._due_wake.wait()
+            self._due_wake.clear()
+            while self._due:
+                queued, self._due = self._due, []
+                merged: dict[tuple[str, str], int] = defaultdict(int)
+                for due, _ in queued:
+                    for target, tickets in due:
+                        merged[target] += tickets
+                futures = [f for _, batch_futures in queued for f in batch_futures]
+                self._sending = True
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._broker, self.publisher.send, list(merged.items()))
+                except Exception:  # the outbox keeps them; the sweeper publishes again
+                    self._settle(futures, ok=False)
+                    if not self._stopping:
+                        await asyncio.sleep(IDLE_WAIT_S)
+                else:
+                    self._settle(futures, ok=True)
+                finally:
+                    self._sending = False
+            if self._stopping and self._ringing is not None and self._ringing.done():
+                return  # nothing more can be queued
+
+    async def _ready(self, items: list[Item]) -> list[Readied]:
+        """What the items made ready; deliveries not yet ready are made so. The
+        projects that made a ready set non-empty join their rings."""
+        readied = [item for item in items if isinstance(item, Readied)]
+        loose = [item for item in items if not isinstance(item, Readied)]
+        for (project_id, transport), dids in grouped(loose).items():
+            readied.append(Readied(project_id, transport,
+                                   *await self.store.make_ready(project_id, transport, dids)))
+        joins = {(r.queue, r.project_id) for r in readied if self.publisher.joins(r)}
+        if joins:
+            await self.store.ring_join(sorted(joins))
+        return readied
+
+    def _settle(self, futures: list[asyncio.Future[bool]], *, ok: bool) -> None:
+        if not ok:
             self.failures += 1
-            log.warning("publish of %d deliveries failed; the outbox keeps them", len(items))
-            return False
+            log.warning("publish of %d deliveries failed; the outbox keeps them", len(futures))
+        for published in futures:
+            if not published.done():
+                published.set_result(ok)
 
 
-# One delivery to publish (project, transport, delivery id) and what its sender awaits.
-Submitted = tuple[tuple[str, str, str], asyncio.Future[bool]]
+# One hand-over: a delivery to make ready (project, transport, delivery id), or what
+# the admission script made ready; and the future its sender awaits.
+Item = tuple[str, str, str] | Readied
+Submitted = tuple[Item, asyncio.Future[bool]]
+# The tickets a batch needs, per (transport, lane).
+Due = list[tuple[tuple[str, str], int]]

@@ -75,9 +75,20 @@ ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the se
 class Dispatcher(Protocol):
     """Where admitted deliveries go to be published."""
 
+    @property
+    def ready_kinds(self) -> list[str]:
+        """The transports whose deliveries the admission script makes ready."""
+        ...
+
     def submit(self, project_id: str, transport: str,
                delivery_id: str) -> asyncio.Future[bool]:
         """Queue a delivery; the future says whether its publish went through."""
+        ...
+
+    def submit_ready(self, project_id: str, transport: str, added: int, lane: str,
+                     count: int) -> asyncio.Future[bool]:
+        """Queue ``added`` deliveries admission made ready (``count`` ready now, served
+        on ``lane``); the future is as ``submit``'s."""
         ...
 
 
@@ -293,12 +304,23 @@ async def _admission(
     }
     # Compact, defaults left out: every stored byte is kept for the message's lifetime.
     message_json = pack_message(message)
-    answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation)
-    published = [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
-                 for obs in answer["observations"]
-                 if obs["target"] == Target.PINNED and not obs["held"]
-                 ] if answer["status"] == "ok" else []
+    answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation,
+                               dispatcher.ready_kinds)
+    published = _hand_over(dispatcher, project_id, answer) if answer["status"] == "ok" else []
     return answer, message_json, published
+
+
+def _hand_over(dispatcher: Dispatcher, project_id: str,
+               answer: Json) -> list[asyncio.Future[bool]]:
+    """Hand an admitted send's deliveries to the publisher: those admission made
+    ready per transport, any other pinned one (not held) by itself."""
+    ready: dict[str, list[int]] = answer["ready"]
+    published = [dispatcher.submit_ready(project_id, kind, added, answer["lane"], count)
+                 for kind, (added, count) in ready.items()]
+    return published + [dispatcher.submit(project_id, obs["transport"], obs["delivery_id"])
+                        for obs in answer["observations"]
+                        if obs["target"] == Target.PINNED and not obs["held"]
+                        and obs["transport"] not in ready]
 
 
 def _answer(record: Json, *, replay: bool, dispatch: str | None) -> Json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -220,8 +220,14 @@ class Store:
         message_json: str,
         idempotency_key: str | None,
         operation: str,
+        ready_kinds: Sequence[str] = (),
     ) -> Json:
-        """Run the admission script; returns its decoded answer."""
+        """Run the admission script; returns its decoded answer.
+
+        Deliveries over a transport of ``ready_kinds`` join their ready sets in
+        the same script; the answer's ``ready`` says how many per transport, and
+        ``lane`` the queues they are served on.
+        """
         sender = args["sender_id"]
         idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
         per_recipient = []
@@ -238,10 +244,12 @@ class Store:
             idem,
             keys.allowed_names(project_id),
             keys.held(project_id),
+            keys.project(project_id),
+            *(keys.ready(project_id, kind) for kind in ready_kinds),
             *per_recipient,
             keys.retention(project_id),
         ]
-        args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S}
+        args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
         raw = await self.scripts.admit_message(
             keys=script_keys, args=[orjson.dumps(args), message_json]
         )
@@ -320,9 +328,13 @@ class Store:
             args=delivery_ids)
         return int(added), str(lane), int(count)
 
-    async def ring_join(self, queue: str, project_id: str) -> None:
-        """Put a project in a queue's ring (served next); no change when it is there."""
-        await self.client.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+    async def ring_join(self, joins: Iterable[tuple[str, str]]) -> None:
+        """Put each (queue, project) in the queue's ring (served next), in one round
+        trip; no change for a project that is there."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, project_id in joins:
+            pipe.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+        await pipe.execute()
 
     async def archived_day(self, project_id: str, some_id: str,
                            buckets: list[str]) -> str | None:

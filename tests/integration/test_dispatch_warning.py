@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from messaging.client import CourierClient
+from messaging.config import Settings
+from messaging.runtime.celeryconf import queue_for
 from messaging.runtime.embedded import EmbeddedStore
-from messaging.runtime.publish import RIDE_S
+from messaging.runtime.publish import RIDE_S, Publisher
 from tests.stack import free_port, make_stack, wait_until
 
 DEFERRED = "dispatch deferred"
@@ -59,4 +61,28 @@ def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path
         if alice is not None:
             alice.close()
         stack.stop()
+        broker.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_that_rode_on_a_ticket_that_failed_publishes_one_of_its_own(tmp_path: Path):
+    """The API's publisher counts a send that joins a partly filled batch as riding on
+    that batch's ticket; if that ticket then failed, the rider's own publish sends one."""
+    broker = EmbeddedStore(tmp_path / "broker", port=free_port())
+    broker.start()
+    publisher = Publisher(Settings(redis_url=broker.url, broker_url=broker.url))
+    inbox = ("inbox", "")
+    try:
+        assert publisher.send([(inbox, 1)]) == 1
+        broker.stop()
+        with pytest.raises(Exception):  # noqa: B017 - whatever the broker's client raises
+            publisher.send([(inbox, 1)])
+        broker.start()
+        # A rider: no ticket of its own asked for, yet the one it counted on never left.
+        assert publisher.send([(inbox, 0)]) == 1
+        assert publisher.queue_depths()[queue_for("inbox")] == 2
+        # Once a ticket went through, a rider rides again.
+        assert publisher.send([(inbox, 0)]) == 0
+    finally:
+        publisher.close()
         broker.stop()

@@ -228,10 +228,9 @@ def script_sha(name: str) -> str:
 
 
 def publishing(command: str) -> bool:
-    """A command of the API's publisher (deliveries made ready, a project joining a ring):
-    it comes after admission, whose answer does not wait for it."""
-    return (command.startswith(f"EVALSHA {script_sha('make_ready')}")
-            or command.startswith(f"ZADD {keys.ring('')}"))
+    """A command of the API's publisher (a project joining a ring): it comes after
+    admission, which made the deliveries ready itself."""
+    return command.startswith(f"ZADD {keys.ring('')}")
 
 
 def test_admission_is_one_store_command_per_send_whatever_the_target(

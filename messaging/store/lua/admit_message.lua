@@ -1,6 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
--- uses: records, resolve_lib
+-- uses: records, resolve_lib, ready_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids
@@ -12,24 +12,30 @@
 -- KEYS[8]  idem     string idempotency record (ignored when ARGV idem_fp is "")
 -- KEYS[9]  allowed  hash   authorized names -> JSON {expires_ms}
 -- KEYS[10] held     zset   held delivery ids by admission sequence
--- KEYS[11..] two per recipient string, in order: a dlv hash (used in order for
---            each distinct target) and the waiting zset of the string as a
+-- KEYS[11] project  hash   the project (its `lane` field)
+-- KEYS[12..11+k]  the ready zset of each transport named in ARGV ready_kinds
+-- KEYS[12+k..] two per recipient string, in order: a dlv hash (used in order
+--            for each distinct target) and the waiting zset of the string as a
 --            name (delivery ids by admission sequence, used when it is pending)
 -- KEYS[#KEYS]  retention  zset  stored message ids by when retention looks at them
 --
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
 --          message_id, policy ("wake"|"quiet"|"auto"), quiet_invalid (bool),
---          recipients [{s}], delivery_ids [..], has_bcc (bool)}
+--          recipients [{s}], delivery_ids [..], has_bcc (bool),
+--          ready_kinds [transport kinds whose ready zsets come in KEYS]}
 -- ARGV[2]  the message JSON, stored byte for byte
 --
 -- Records: messaging/store/schema.py. A pinned target that holds inbound mail
 -- (inbound "hold") from another agent is written held, outside the outbox; a
 -- pending target (an authorized name no agent has registered) stays at
--- `admitted`, outside the outbox, in its name's waiting zset.
+-- `admitted`, outside the outbox, in its name's waiting zset. Every other
+-- delivery joins its transport's ready set here, in the outbox too (the
+-- sweeper's net), when its transport is one of ready_kinds.
 --
 -- Returns a JSON string, one of:
---   {"status":"ok","policy":p,"observations":[..],"created_us":n}
+--   {"status":"ok","policy":p,"observations":[..],"created_us":n,
+--    "lane":the project's lane, "ready":{kind: [added, ready count]}}
 --   {"status":"replay","message_id":id,"observations":[..]}
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
@@ -59,6 +65,9 @@ local now = a.now_us
 local ctx = {agents = KEYS[1], names = KEYS[2], refs = KEYS[3], allowed = KEYS[9],
   sender = sender, now_ms = string.format("%d", math.floor(tonumber(now) / 1000))}
 
+-- recipient string i's pair of keys: KEYS[fixed + 2i - 1] and KEYS[fixed + 2i]
+local fixed = 11 + #a.ready_kinds
+
 -- targets in order of first mention: {agent} or {pending = name, auth, waiting}
 local failures, targets, seen, resolved = {}, {}, {}, {}
 for i, r in ipairs(a.recipients) do
@@ -73,7 +82,7 @@ for i, r in ipairs(a.recipients) do
     resolved[r.s] = ""
     if not seen["\0" .. r.s] then
       seen["\0" .. r.s] = true
-      table.insert(targets, {pending = r.s, auth = auth, waiting = KEYS[10 + 2 * i]})
+      table.insert(targets, {pending = r.s, auth = auth, waiting = KEYS[fixed + 2 * i]})
     end
   else
     table.insert(failures, {to = r.s, reason = err})
@@ -99,11 +108,16 @@ if policy == "auto" then
   end
 end
 
+local ready_key = {}
+for i, kind in ipairs(a.ready_kinds) do
+  ready_key[kind] = KEYS[11 + i]
+end
+
 local s = redis.call("INCR", KEYS[4])
-local observations, deliveries, withheld = {}, {}, {}
+local observations, deliveries, withheld, added = {}, {}, {}, {}
 for i, t in ipairs(targets) do
   local did = a.delivery_ids[i]
-  local key = KEYS[9 + 2 * i]
+  local key = KEYS[fixed + 2 * i - 1]
   if t.pending then
     write_delivery(key, {id = did, message_id = a.message_id, agent_id = "",
       sender_id = a.sender_id, recipient = t.pending, transport = "", policy = policy,
@@ -127,6 +141,10 @@ for i, t in ipairs(targets) do
       table.insert(withheld, ag.id)
     else
       redis.call("ZADD", KEYS[7], a.due_ms, did)
+      local kind = ag.transport.kind
+      if ready_key[kind] then
+        added[kind] = (added[kind] or 0) + ready_delivery(ready_key[kind], KEYS[4], did)
+      end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,
       transport = ag.transport.kind, stage = "target_selected", presence = presence_of(ag),
@@ -164,5 +182,9 @@ if a.idem_fp ~= "" then
     observations = observations}), "EX", a.idem_ttl_s)
 end
 
+local ready = {}
+for kind, n in pairs(added) do
+  ready[kind] = {n, redis.call("ZCARD", ready_key[kind])}
+end
 return cjson.encode({status = "ok", policy = policy, observations = observations,
-  created_us = now})
+  created_us = now, lane = redis.call("HGET", KEYS[11], "lane") or "", ready = ready})

@@ -1,7 +1,8 @@
--- make_ready: deliveries join their project's ready set for one transport, the
--- set that workers take from (oldest first) when the project's turn comes.
--- Scores come from the project's sequence, so deliveries made ready together
--- are taken in the order given (admission order), never by their ids.
+-- make_ready: deliveries join their project's ready set for one transport (the
+-- hand-overs after admission: sweeper, redrive, retries, notices; a send's
+-- deliveries join in admit_message). Made ready together, they are taken in
+-- the order given.
+-- uses: ready_lib
 --
 -- KEYS[1]  project  hash    the project (its `lane` field)
 -- KEYS[2]  ready    zset    delivery ids of one transport by when they became ready
@@ -13,9 +14,6 @@
 
 local added = 0
 for i = 1, #ARGV do
-  if not redis.call("ZSCORE", KEYS[2], ARGV[i]) then
-    redis.call("ZADD", KEYS[2], redis.call("INCR", KEYS[3]), ARGV[i])
-    added = added + 1
-  end
+  added = added + ready_delivery(KEYS[2], KEYS[3], ARGV[i])
 end
 return {added, redis.call("HGET", KEYS[1], "lane") or "", redis.call("ZCARD", KEYS[2])}
