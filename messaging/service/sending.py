@@ -25,7 +25,6 @@ from messaging.models import (
     SendIn,
 )
 from messaging.service.caller import Caller
-from messaging.service.fairshare import FairShare
 from messaging.service.views import label, message_view
 from messaging.store.schema import Target, pack_message, unpack_message
 from messaging.store.store import Store
@@ -67,7 +66,6 @@ NOTE_STORED = "storage is not task acceptance"
 # Every face's sends (REST, MCP, subscriptions with a message, the human's) come through
 # send() or reply(), so they are counted here and only here. A request refused before it
 # reaches them (gate: 401, 429; schema: 422) is no admission (see messaging.web.guard).
-FAIR_SHARE = FairShare()
 ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the send service, "
                      "by outcome (admitted, replayed) or error code", ["outcome"])
 
@@ -240,11 +238,8 @@ async def _admit(
     operation: str = "send", in_reply_to: str | None = None,
 ) -> Sent:
     project_id, _ = caller.require_agent()
-    # The project's fair share of this process covers the work of admitting; waiting
-    # for the broker to take the deliveries costs the process nothing.
-    async with FAIR_SHARE.turn(project_id):
-        answer, message_json, published = await _admission(
-            store, settings, dispatcher, caller, body, operation, in_reply_to)
+    answer, message_json, published = await _admission(
+        store, settings, dispatcher, caller, body, operation, in_reply_to)
     status = answer["status"]
     if status == "ok":
         # What the script stored, without reading it back.

@@ -29,7 +29,8 @@ from messaging.store.store import Store
 from messaging.web import openapi
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
-from messaging.web.guard import Gate
+from messaging.web.fairshare import ProjectShare
+from messaging.web.guard import Gate, Projects
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
 from messaging.web.routes import (
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """A Courier API app: routers, MCP at ``/mcp``, one lifespan for everything it opens."""
     settings = settings or get_settings()
     mcp_endpoint, mcp_sessions = mcp_app(settings)
+    token_projects = Projects()  # what the gate learns of tokens, for the fair share
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,7 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         publisher.start()
         operator_token = settings.resolve_operator_token()
         svc = Services(settings, store, publisher, operator_token,
-                       Gate(store, operator_token, settings.rate_limit_per_s), Hub(store))
+                       Gate(store, operator_token, settings.rate_limit_per_s, token_projects),
+                       Hub(store))
         app.state.services = svc
         # What was loaded at start lives as long as the process: keep it out of
         # every collection, so a collection's pause stays short.
@@ -123,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                      lifespan=lifespan, routes=[mcp_route],
                      docs_url=None, redoc_url=None)  # served offline by the docs router
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
+    # Outermost: a project's requests past its fair share wait before any work on them.
+    app.add_middleware(ProjectShare, projects=token_projects,
+                       streams=[live.EVENTS_PATH, MCP_PATH])
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)

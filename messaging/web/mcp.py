@@ -46,7 +46,7 @@ from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller, bearer
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
-from messaging.web.guard import Gate, client_address
+from messaging.web.guard import Gate, authorization, client_address
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -87,10 +87,8 @@ class BearerAgent:
             await self.app(scope, receive, send)
             return
         svc: Services = scope["app"].state.services
-        header = next((v.decode("latin-1") for k, v in scope["headers"]
-                       if k == b"authorization"), None)
         try:
-            caller = await svc.gate.admit(bearer(header), client_address(scope))
+            caller = await svc.gate.admit(bearer(authorization(scope)), client_address(scope))
             project_id, agent_id = caller.require_agent()
         except CourierError as exc:
             await JSONResponse(exc.body(), exc.status, headers=exc.headers)(scope, receive, send)

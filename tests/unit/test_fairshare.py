@@ -1,10 +1,13 @@
-"""A project's fair share of an API process: a few sends at once, the rest in order."""
+"""A project's fair share of an API process: a few requests at once, the rest in order."""
 
 from __future__ import annotations
 
 import asyncio
 
-from messaging.service.fairshare import FairShare
+from messaging import ids
+from messaging.service.caller import bearer
+from messaging.web.fairshare import FairShare, ProjectShare
+from messaging.web.guard import Projects, authorization
 
 
 async def _flood_and_one(share: FairShare, flood: int) -> tuple[int, list[int], float]:
@@ -65,3 +68,79 @@ def test_a_failing_send_gives_its_turn_back():
 
     asyncio.run(run())
     assert share._slots == {}
+
+
+# the middleware: which requests share a project's turns
+
+
+def _scope(token: str | None = None, path: str = "/v1/messages", method: str = "POST",
+           client: str = "127.0.0.9") -> dict:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return {"type": "http", "method": method, "path": path, "headers": headers,
+            "client": (client, 50000)}
+
+
+def test_a_token_waits_with_its_project_once_the_gate_has_seen_it():
+    projects = Projects()
+    assert projects.group(_scope("tok-a1")) == ids.token_hash("tok-a1")
+    projects.learn(ids.token_hash("tok-a1"), "prj_a")
+    projects.learn(ids.token_hash("tok-a2"), "prj_a")
+    assert projects.group(_scope("tok-a1")) == projects.group(_scope("tok-a2")) == "prj_a"
+    assert projects.group(_scope()) != projects.group(_scope(client="127.0.0.10"))
+    assert projects.group(_scope()) not in {"prj_a", ids.token_hash("tok-a1")}
+
+
+def test_only_a_bearer_token_counts():
+    basic = {**_scope(), "headers": [(b"authorization", b"Basic b3BlcmF0b3I6eA==")]}
+    assert Projects().group(basic) == Projects().group(_scope())
+    assert bearer(authorization(_scope("abc"))) == "abc"
+
+
+async def _in_progress(share: ProjectShare, scopes: list[dict]) -> tuple[int, list[int]]:
+    """Run the requests at once, each held open until all have started or waited;
+    returns the most in progress at once and the order they got in."""
+    release = asyncio.Event()
+    now, most, order = 0, 0, []
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        nonlocal now, most
+        order.append(scope["n"])
+        now += 1
+        most = max(most, now)
+        await release.wait()
+        now -= 1
+
+    share.app = app
+    tasks = [asyncio.create_task(share({**s, "n": i}, None, None))  # type: ignore[arg-type]
+             for i, s in enumerate(scopes)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(*tasks)
+    return most, order
+
+
+def test_a_projects_flood_has_a_few_requests_in_progress_and_the_rest_wait_in_order():
+    projects = Projects()
+    for token in ("tok-a1", "tok-a2"):
+        projects.learn(ids.token_hash(token), "prj_a")
+    share = ProjectShare(lambda *a: None, projects, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
+                         at_once=3)
+    flood = [_scope("tok-a1" if i % 2 else "tok-a2") for i in range(12)]
+    most, order = asyncio.run(_in_progress(share, flood))
+    assert most == 3
+    assert order == list(range(12))
+
+
+def test_another_project_and_event_streams_do_not_wait_for_a_flood():
+    projects = Projects()
+    projects.learn(ids.token_hash("tok-a"), "prj_a")
+    projects.learn(ids.token_hash("tok-b"), "prj_b")
+    share = ProjectShare(lambda *a: None, projects, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
+                         at_once=2)
+    scopes = [_scope("tok-a") for _ in range(6)]
+    scopes += [_scope("tok-b"), _scope("tok-a", path="/v1/agents/me/events", method="GET")]
+    most, order = asyncio.run(_in_progress(share, scopes))
+    # A's two, B's one and A's stream were in progress together, before A's other four.
+    assert most == 4
+    assert order[:4] == [0, 1, 6, 7]

@@ -16,9 +16,10 @@ from messaging.web import answers
 from messaging.web.deps import Svc, Who
 
 router = APIRouter(tags=["live"])
+EVENTS_PATH = "/v1/agents/me/events"
 
 
-@router.get("/v1/agents/me/events", response_model=None, response_class=EventSourceResponse)
+@router.get(EVENTS_PATH, response_model=None, response_class=EventSourceResponse)
 async def agent_events(
     request: Request, svc: Svc, who: Who,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
