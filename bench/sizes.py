@@ -28,10 +28,11 @@ class Sizes:
     search_large: int = 1_000_000
     search_query_s: float = 5.0
     # Fairness: A's flood of inbox messages, B's steady rate, B alone for how long,
-    # and B's load windows during the flood.
+    # and B's load windows during the flood. B alone as long as a drain lasts, so
+    # both p99s come from about as many sends (a p99 of 100 is their second worst).
     fairness_flood: int = 20_000
     fairness_rate_per_s: float = 10.0
-    fairness_quiet_s: float = 10.0
+    fairness_quiet_s: float = 20.0
     fairness_window_s: float = 5.0
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
