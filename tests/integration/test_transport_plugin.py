@@ -242,10 +242,15 @@ def test_courier_up_starts_a_worker_for_the_installed_transport(
 
     def ready() -> bool:
         assert up.poll() is None, said()[-4000:]
-        return "echo@" in said() and said().count(" ready.") >= 3
+        if not ("echo@" in said() and said().count(" ready.") >= 3):
+            return False
+        try:
+            return httpx.get(api + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     try:
-        wait_until(ready, 90, 0.2, "courier up's workers")
+        wait_until(ready, 90, 0.2, "courier up's workers and API")
         echo_lines = [line for line in said().splitlines() if line.startswith("worker-echo")]
         assert any("exchange=deliver.echo(direct)" in line for line in echo_lines), said()
         with CourierClient(api, token) as op:
