@@ -104,13 +104,15 @@ class FairShare:
         project.in_progress -= 1
         project.last_s = self.clock()
         self._forget_quiet()
+        # Only this project's count fell, and only its own share can have grown (to
+        # the lone share, when the others went quiet): no other project has a turn
+        # to give. A project with requests waiting always has one in progress.
         at_once = self.at_once()
-        for other in self._keys.values():
-            while other.waiting and other.in_progress < at_once:
-                granted = other.waiting.popleft()
-                if not granted.done():  # not cancelled while it waited
-                    other.in_progress += 1
-                    granted.set_result(None)
+        while project.waiting and project.in_progress < at_once:
+            granted = project.waiting.popleft()
+            if not granted.done():  # not cancelled while it waited
+                project.in_progress += 1
+                granted.set_result(None)
 
 
 class ProjectShare:
