@@ -12,7 +12,7 @@ from messaging.store.scripts import Scripts
 from messaging.timefmt import now_us
 
 SWEEP_BATCH = 500
-LEASE_FIELDS = 8
+LEASE_FIELDS = 9
 # Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
 DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 INF = "inf"
@@ -32,6 +32,7 @@ class Leased:
     attempt: int  # since admission
     round_attempt: int  # since admission or the last redrive: what the retry schedule counts
     admitted_us: int
+    agent_json: str = ""  # the recipient agent as the lease found it ("": gone)
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,11 @@ class DeliveryStore:
         )
         out = []
         for i in range(0, len(raw), LEASE_FIELDS):
-            index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted = raw[
-                i : i + LEASE_FIELDS]
+            index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted, \
+                agent = raw[i : i + LEASE_FIELDS]
             out.append(Leased(delivery_ids[int(index) - 3], int(fence), agent_id, message_id,
-                              sender_id, int(attempt), int(round_attempt), int(admitted)))
+                              sender_id, int(attempt), int(round_attempt), int(admitted),
+                              agent))
         return out
 
     def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
@@ -135,20 +137,18 @@ class DeliveryStore:
     def load_for_send(
         self, project_id: str, leased: list[Leased], with_message: bool = True
     ) -> list[tuple[Json | None, Json | None]]:
-        """The (message record, recipient agent) of each leased delivery, one round trip."""
+        """The (message record, recipient agent) of each leased delivery: the agent as
+        its lease read it, the messages in one round trip (none without them)."""
+        agents = [json.loads(lease.agent_json) if lease.agent_json else None
+                  for lease in leased]
+        if not with_message:
+            return [(None, agent) for agent in agents]
         pipe = self.client.pipeline(transaction=False)
         for lease in leased:
-            if with_message:
-                pipe.hgetall(keys.message(project_id, lease.message_id))
-            pipe.hget(keys.agents(project_id), lease.agent_id)
-        raw = pipe.execute()
-        if not with_message:
-            return [(None, json.loads(agent) if agent else None) for agent in raw]
-        out: list[tuple[Json | None, Json | None]] = []
-        for i in range(0, len(raw), 2):
-            record, agent = raw[i], raw[i + 1]
-            out.append((dict(record) if record else None, json.loads(agent) if agent else None))
-        return out
+            pipe.hgetall(keys.message(project_id, lease.message_id))
+        records = pipe.execute()
+        return [(dict(record) if record else None, agent)
+                for record, agent in zip(records, agents, strict=True)]
 
     def record_outcomes(self, project_id: str, recorded: list[tuple[Leased, Result]],
                         health: EndpointHealth) -> list[bool]:

@@ -7,6 +7,7 @@ to kill) get a stack of their own; the rest share the session's stack.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -240,6 +241,13 @@ def test_a_held_lease_is_not_given_twice(parked: Parked):
     assert (first.fence, first.attempt) == (1, 1)
     assert parked.lease() == []
     assert parked.field("fence") == "1"
+
+
+def test_a_lease_carries_its_recipient_as_the_store_has_it(parked: Parked):
+    [lease] = parked.lease()
+    stored = parked.store.client.hget(keys.agents(parked.project_id), lease.agent_id)
+    assert stored and json.loads(lease.agent_json) == json.loads(stored)
+    assert json.loads(lease.agent_json)["transport"]["kind"] == "inbox"
 
 
 def test_an_outcome_under_a_stale_fence_records_nothing(parked: Parked):

@@ -20,22 +20,32 @@
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
 --
--- Returns a flat array, 8 fields per leased delivery: its index in KEYS (from
+-- Returns a flat array, 9 fields per leased delivery: its index in KEYS (from
 -- 3), fence, agent id, message id, sender id, attempt number, the attempt
 -- number within this round (attempts since admission or the last redrive),
--- and when it was admitted (us).
+-- when it was admitted (us), and the recipient agent's JSON ("" when it is
+-- gone), read with the lease so that preparing the request needs no other read.
 
 local now_ms = tonumber(ARGV[1])
 local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
 local out = {}
+local agents = {}
 local holds = {}
+
+-- The recipient agent's JSON ("" when it is gone), read once per script.
+local function agent_json(agent_id)
+  if agents[agent_id] == nil then
+    agents[agent_id] = redis.call("HGET", KEYS[2], agent_id) or ""
+  end
+  return agents[agent_id]
+end
 
 -- Until when the recipient's endpoint is held (0: not held).
 local function held_until(agent_id)
   if holds[agent_id] == nil then
     holds[agent_id] = 0
-    local raw = redis.call("HGET", KEYS[2], agent_id)
-    if raw then
+    local raw = agent_json(agent_id)
+    if raw ~= "" then
       local ep = cjson.decode(raw).endpoint
       if type(ep) == "table" and ep.hold_until_ms then
         holds[agent_id] = tonumber(ep.hold_until_ms)
@@ -87,7 +97,7 @@ for i = 3, #KEYS do
     redis.call("HDEL", KEYS[i], "redrive", "sweeps")
     redis.call("ZADD", KEYS[1], lease_until, d[8])
     for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
-        d[14]}) do
+        d[14], agent_json(d[5])}) do
       table.insert(out, v)
     end
   end
