@@ -27,8 +27,8 @@ LEASE_EXPIRED = "the worker's lease ran out after the request was handed off; wh
     "the receiver got it is unknown"
 LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the request off"
 
-# A ticket that finds a project with nothing ready (taken by another ticket)
-# tries the next project, this many times at most.
+# A ticket serves the projects of its ring one turn each, this many turns at most
+# (a turn that finds nothing ready, taken by another ticket, counts too).
 TURNS_PER_TICKET = 8
 # A turn is carried a batch divided by this at a time (a step); between two
 # steps it looks for another project waiting. A twentieth of an inbox batch (5)
@@ -69,14 +69,14 @@ def summary(transport: str, project_id: str, counts: Counter[str]) -> str:
 
 @app.task(name=DELIVER_TASK)
 def deliver(transport: str, lane: str = "") -> str:
-    """A ticket: one turn on this transport's queue (on a lane, the lane's).
+    """A ticket: turns on this transport's queue (on a lane, the lane's).
 
     Serves the project whose turn it is (round robin over the projects with
     ready deliveries): up to one batch, taken and carried a twentieth of a batch at
-    a time, and only while no other project waits on the queue; a turn that
-    gives way passes the ticket on to the next project. Leases what is free,
-    carries it, records outcomes. Returns what it recorded, by outcome, for
-    Flower.
+    a time, and only while no other project waits on the queue. Then the ticket
+    goes on to the next project, if another waits, for a few turns at most.
+    Leases what is free, carries it, records outcomes. Returns what it
+    recorded, by outcome, for Flower.
     """
     carrier = transports.get(transport)
     queue = carrier.queue(lane)
@@ -93,14 +93,18 @@ def deliver(transport: str, lane: str = "") -> str:
             owed = unticketed
         if served is not None:
             told.append(served)
-            # A turn that gave way to a waiting project hands this ticket on to it
-            # at once, rather than making it wait for the broker's next ticket.
-            if not gave_way:
+            # Another project waiting (this turn gave way to it, or it joined while
+            # the turn ran) is served by this ticket at once, rather than waiting for
+            # the broker to hand a worker its own ticket, which then serves whoever
+            # is next. With none, the ticket ends: the project's own newer mail has
+            # tickets of its own, and serving it here would take it in smaller bites.
+            if not gave_way and store().ring_others(queue, project_id) == 0:
                 break
     if owed:
         # The last turn left mail that no ticket carries (it gave way, or served
         # a whole batch while more was made ready): it gets one of its own. A turn
-        # that gave way and was followed by a whole one is even with the tickets.
+        # followed by another that served is even with the tickets: the next
+        # project's own ticket is spare now.
         publisher().tickets(carrier.kind, lane, 1)
     if told:
         return "; ".join(told)

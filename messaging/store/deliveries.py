@@ -216,6 +216,14 @@ class DeliveryStore:
         """How many projects have ready deliveries on a queue."""
         return int(self.client.zcard(keys.ring(queue)))
 
+    def ring_others(self, queue: str, project_id: str) -> int:
+        """How many projects other than this one have ready deliveries on a queue."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(keys.ring(queue))
+        pipe.zscore(keys.ring(queue), project_id)
+        size, score = pipe.execute()
+        return int(size) - (score is not None)
+
     def ring_drop(self, queue: str, project_id: str) -> None:
         """Take a project out of a queue's ring (it moved to another lane)."""
         self.client.zrem(keys.ring(queue), project_id)

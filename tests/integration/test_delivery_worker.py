@@ -391,6 +391,28 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
         assert max(between) <= 40, f"A's deliveries between B's admission and its: {between}"
 
 
+def test_a_ticket_whose_turn_empties_a_project_goes_on_to_the_next(own_stack: Stack):
+    # Both projects' mail is ready and both are in the ring before any worker runs;
+    # their tickets are dropped and one published. Its first turn empties one
+    # project; the ticket then serves the other, not only whoever was first.
+    with open_project(own_stack) as a, open_project(own_stack) as b:
+        a1, _ = a.agent("A1"), a.agent("A2")
+        b1, _ = b.agent("B1"), b.agent("B2")
+        sent = {a.project_id: _sent(a1, "A2", 3), b.project_id: _sent(b1, "B2", 3)}
+        with redis.Redis.from_url(own_stack.broker_url) as broker:
+            wait_until(lambda: broker.llen(queue_for("inbox")) >= 2, what="both tickets")
+            broker.delete(queue_for("inbox"))
+        [ticket] = publish_deliver(own_stack)
+        worker = own_stack.start_worker(queues=queue_for("inbox"), beat=False)
+        done = wait_until(lambda: ticket in (t := finished_tasks(worker)) and t,
+                          what="the one ticket run")
+        assert done == {ticket: 6}
+        for project_id, dids in sent.items():
+            with own_stack.redis() as r:
+                assert [r.hget(keys.delivery(project_id, d), "outcome") for d in dids] == [
+                    "accepted"] * 3
+
+
 def test_a_flood_of_single_sends_publishes_a_ticket_per_batch_not_per_send(tmp_path: Path):
     # No worker and no sweeper: the broker holds exactly what admission published.
     # 250 sends one after another, each its own publish: 3 batches of 100, so 3 tickets
