@@ -407,8 +407,8 @@ def test_a_ticket_whose_turn_empties_a_project_goes_on_to_the_next(own_stack: St
         done = wait_until(lambda: ticket in (t := finished_tasks(worker)) and t,
                           what="the one ticket run")
         assert done == {ticket: 6}
-        for project_id, dids in sent.items():
-            with own_stack.redis() as r:
+        with own_stack.redis() as r:
+            for project_id, dids in sent.items():
                 assert [r.hget(keys.delivery(project_id, d), "outcome") for d in dids] == [
                     "accepted"] * 3
 
