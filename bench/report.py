@@ -134,14 +134,16 @@ def fairness_rows(r: Json) -> list[Row]:
     """B's send->inbox p99 under A's flood, shared queue and lane, against B alone."""
     quiet = r["quiet"]["p99_ms"]
     base = f"B alone @{r['rate_per_s']:g}/s"
-    rows = [_row("fairness", "B send->inbox p99 ms, alone", quiet)]
+    rows = [_row("fairness", "B send->inbox p99 ms, alone", quiet),
+            _row("fairness", "B sends, alone", r["quiet"]["n"])]
     for key, label in (("live", "live, through the API"), ("shared", "backlog, shared queue"),
                        ("lane", "backlog, A on a lane")):
         f = r[key]
         rows += [
             _row("fairness", f"B p99 ms during A's {r['flood']:,} flood, {label}",
                  f["b"]["p99_ms"], quiet, base, "<= 3x", _at_most(3.0), on_ratio=True),
-            _row("fairness", f"A drain s, {label}", f["a_drain_s"]),
+            _row("fairness", f"B sends during A's drains, {label}", f["b_sent_during"]),
+            _row("fairness", f"A drain s (mean of {f['floods']}), {label}", f["a_drain_s"]),
         ]
     return rows
 

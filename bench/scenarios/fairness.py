@@ -14,6 +14,12 @@ of inbox messages as fast as it can (closed loop) while B goes on, three ways:
 - lane: A is on a lane of its own, its worker started only after A's flood is
   admitted; B's worker runs all along.
 
+Each way, B's figure counts what B sent during A's drains and nothing after.
+A drain of 20,000 can be over in a few seconds, when B has sent a few dozen:
+a p99 of those would be their worst. So A floods again, a new project A each
+time (up to ``fairness_floods``), until B has sent during A's drains as many
+as it sent alone, and the p99 of all of them is B's figure beside B alone's.
+
 Every message of A and B must be delivered exactly once, or the run is void.
 """
 
@@ -22,13 +28,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadResult, LoadSpec, Request
 from bench.population import Population, populate, ring, ring_sends
-from bench.procs import BenchError, Cluster
+from bench.procs import BenchError, Cluster, Proc
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.client import CourierClient
@@ -65,12 +72,12 @@ SEGMENTS = (("api", "", "admitted_us"), ("to_worker", "admitted_us", "dispatch_s
 
 
 def _segments(sent: list[Admitted], times: dict[str, dict[str, str]],
-              since_us: int, until_us: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+              since_us: int, until_us: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
     for name, start, end in SEGMENTS:
-        out[name] = latency([
+        out[name] = [
             (int(times[did][end]) - (int(times[did][start]) if start else m.sent_us)) / 1000
-            for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries])
+            for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
     return out
 
 
@@ -90,8 +97,24 @@ def _worst(sent: list[Admitted], times: dict[str, dict[str, str]], since_us: int
     return sorted(rows, key=lambda r: -r["total_ms"])[:n]
 
 
+@dataclass
+class Flood:
+    """One flood of A's while B trickled: what B sent, when, and A's drain."""
+
+    b_sent: list[Admitted]
+    b_times: dict[str, dict[str, str]]
+    start_us: int  # A's first send (live) or the moment A's backlog was let go
+    end_us: int  # A's last delivery recorded
+    a_sent: int
+    a_admission_per_s: float
+
+    def during(self) -> list[float]:
+        """B's send -> inbox latencies of what B sent during A's drain."""
+        return _latencies(self.b_sent, self.b_times, self.start_us, self.end_us)
+
+
 def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, what: str,
-           serve_a: Callable[[], object] | None = None) -> dict[str, Any]:
+           serve_a: Callable[[], object] | None = None) -> Flood:
     """A floods while B trickles, until A's flood is drained.
 
     With ``serve_a``, nothing serves A's queue while A admits: A's whole flood
@@ -132,26 +155,48 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
             b_stop.set()
             raise BenchError(f"{what}: A's flood was not drained in {s.drain_timeout_s:g} s")
         time.sleep(0.05)
-    # B's figure covers at least two windows after the drain started.
-    time.sleep(max(0.0, drain_start_us / 1e6 + 2 * s.fairness_window_s - time.time()))
     b_stop.set()
     b_thread.join()
     thread.join()
     a_sent = admitted(flood["a"], f"{what}: A")
     a_times = _recorded(c, a, a_sent, ctx, f"{what}: A")
-    drain_end_us = max(int(t["provider_result_recorded_us"]) for t in a_times.values())
     b_sent = [m for load in b_loads for m in admitted(load, f"{what}: B")]
-    b_times = _recorded(c, b, b_sent, ctx, f"{what}: B")
-    start_us = drain_start_us if serve_a else min(m.sent_us for m in a_sent)
-    until_us = max(drain_end_us, start_us + int(2 * s.fairness_window_s * 1e6))
-    during = _latencies(b_sent, b_times, start_us, until_us)
+    return Flood(b_sent, _recorded(c, b, b_sent, ctx, f"{what}: B"),
+                 drain_start_us if serve_a else min(m.sent_us for m in a_sent),
+                 max(int(t["provider_result_recorded_us"]) for t in a_times.values()),
+                 len(a_sent), round(flood["a"].per_s, 1))
+
+
+def _floods(ctx: Context, b_sends: int, what: str,
+            one: Callable[[], Flood]) -> dict[str, Any]:
+    """Floods of A's (``one`` runs the next) until B sent ``b_sends`` during A's drains.
+
+    Each flood is a new project A of its own; at most ``fairness_floods`` of them.
+    """
+    floods: list[Flood] = []
+    while not floods or (sum(len(f.during()) for f in floods) < b_sends
+                         and len(floods) < ctx.sizes.fairness_floods):
+        if floods:
+            ctx.say(f"fairness: {what}: B sent {sum(len(f.during()) for f in floods)} "
+                    f"during A's drains, {b_sends} wanted: A floods again")
+        floods.append(one())
+    during = [ms for f in floods for ms in f.during()]
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
+    segments: dict[str, list[float]] = {}
+    worst: list[dict[str, float]] = []
+    for f in floods:
+        for name, values in _segments(f.b_sent, f.b_times, f.start_us, f.end_us).items():
+            segments.setdefault(name, []).extend(values)
+        worst += _worst(f.b_sent, f.b_times, f.start_us, f.end_us)
+    drains = [round((f.end_us - f.start_us) / 1e6, 2) for f in floods]
     return {"b": latency(during), "b_sent_during": len(during),
-            "b_segments": _segments(b_sent, b_times, start_us, until_us),
-            "b_worst": _worst(b_sent, b_times, start_us, until_us),
-            "a_sent": len(a_sent), "a_drain_s": round((drain_end_us - start_us) / 1e6, 2),
-            "a_admission_per_s": round(flood["a"].per_s, 1)}
+            "b_segments": {name: latency(values) for name, values in segments.items()},
+            "b_worst": sorted(worst, key=lambda r: -r["total_ms"])[:5],
+            "floods": len(floods), "a_sent": sum(f.a_sent for f in floods),
+            "a_drain_s": round(sum(drains) / len(drains), 2), "a_drain_s_each": drains,
+            "a_admission_per_s": round(sum(f.a_admission_per_s for f in floods)
+                                       / len(floods), 1)}
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -165,24 +210,42 @@ def run(ctx: Context) -> dict[str, Any]:
         quiet_load = _trickle(url, ring_sends(b), ctx, s.fairness_quiet_s)
         quiet_sent = admitted(quiet_load, "fairness: B alone")
         quiet_times = _recorded(c, b, quiet_sent, ctx, "B alone")
-        quiet = latency(_latencies(quiet_sent, quiet_times))
-        quiet_segments = _segments(quiet_sent, quiet_times, 0, 2**63)
+        quiet_ms = _latencies(quiet_sent, quiet_times)
+        quiet = latency(quiet_ms)
+        quiet_segments = {name: latency(values) for name, values
+                          in _segments(quiet_sent, quiet_times, 0, 2**63).items()}
+        wanted = len(quiet_ms)
+
+        def live_flood() -> Flood:
+            a = populate(url, c.operator_token, ring())
+            return _flood(ctx, c, url, a, b, "live")
 
         ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
-        live = _flood(ctx, c, url, populate(url, c.operator_token, ring()), b, "live")
+        live = _floods(ctx, wanted, "live", live_flood)
 
-        ctx.say(f"fairness: A's {s.fairness_flood:,} wait, then join the shared queue")
         with CourierClient(url, c.operator_token) as op:
-            a = populate(url, c.operator_token, ring())
-            op.set_lane(a.project_id, PARKED)
-            shared = _flood(ctx, c, url, a, b, "shared",
-                            lambda: op.set_lane(a.project_id, None))
+            def shared_flood() -> Flood:
+                a = populate(url, c.operator_token, ring())
+                op.set_lane(a.project_id, PARKED)
+                return _flood(ctx, c, url, a, b, "shared",
+                              lambda: op.set_lane(a.project_id, None))
+
+            ctx.say(f"fairness: A's {s.fairness_flood:,} wait, then join the shared queue")
+            shared = _floods(ctx, wanted, "shared", shared_flood)
+            lane_workers: list[Proc] = []
+
+            def lane_flood() -> Flood:
+                for worker in lane_workers:  # the last flood's: A's backlog waits again
+                    c.stop(worker)
+                lane_workers.clear()
+                a = populate(url, c.operator_token, ring())
+                op.set_lane(a.project_id, LANE)
+                return _flood(ctx, c, url, a, b, "lane", lambda: lane_workers.append(
+                    c.start_worker(queues=f"deliver.inbox.{LANE}")))
+
             ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, "
                     "then its own worker")
-            a = populate(url, c.operator_token, ring())
-            op.set_lane(a.project_id, LANE)
-            laned = _flood(ctx, c, url, a, b, "lane",
-                           lambda: c.start_worker(queues=f"deliver.inbox.{LANE}"))
+            laned = _floods(ctx, wanted, "lane", lane_flood)
     return {
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
