@@ -60,33 +60,38 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
                    viewers_by_message: dict[str, set[str]]) -> int:
     """Index each message for its viewers (idempotent); returns how many were found.
 
-    One script call for all of them (a worker's step: a few messages): for
-    each, its postings, one per term, its entry in the set of each agent that
-    sees it, and its words in the project's word list.
+    One script call for all of them (a worker's step: a few messages): each
+    posting key once, with every message of the call that has the term (the
+    messages of a step share many: ``*``, a sender, common words), each agent's
+    set once, and the words of all of them in the project's word list.
     """
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
     for mid in mids:
         read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
-    script_keys: list[str] = []
-    args: list[Any] = []
+    postings: dict[str, list[Any]] = {}  # key: score, id, score, id, ...
+    words: dict[str, None] = {}
     found = 0
     for mid, (raw, created_us, seq) in zip(mids, read.execute(), strict=True):
         if not raw:
             continue  # gone (archived) before it was indexed
         found += 1
         msg = unpack_message(raw)
-        words = message_words(msg)
-        postings = [keys.search_postings(project_id, term) for term in filter_terms(msg) + words]
-        postings += [keys.search_seen(project_id, agent)
-                     for agent in _agents(viewers_by_message[mid])]
-        script_keys += postings
-        if words:
-            script_keys.append(keys.search_words(project_id))
+        own_words = message_words(msg)
         score = search_score(int(created_us), int(seq or 0))
-        args += [score, mid, len(postings), len(words), *words]
+        for key in [*(keys.search_postings(project_id, term)
+                      for term in filter_terms(msg) + own_words),
+                    *(keys.search_seen(project_id, agent)
+                      for agent in _agents(viewers_by_message[mid]))]:
+            postings.setdefault(key, []).extend((score, mid))
+        words.update(dict.fromkeys(own_words))
     if found:
-        scripts.index_message(keys=script_keys, args=args)
+        args: list[Any] = [len(postings)]
+        for entries in postings.values():
+            args += [len(entries) // 2, *entries]
+        scripts.index_message(
+            keys=[*postings, *([keys.search_words(project_id)] if words else [])],
+            args=[*args, *words])
     return found
 
 

@@ -106,6 +106,15 @@ def test_pages_are_newest_first_and_never_repeat(project: Project):
     assert found(bob, "same words") == subjects[::-1]
 
 
+def test_a_message_of_many_words_is_found_by_any_of_them(project: Project):
+    """Its words reach the store in slices; the last slice's words are found too."""
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    alice.api.send("Bob", "Glossary", " ".join(f"w{i:04d}" for i in range(1200)))
+    indexed(bob, "Glossary")
+    for q in ("w0000", "w0600", "w1199", "w119*"):
+        assert found(bob, q) == ["Glossary"], q
+
+
 def test_the_sender_finds_what_it_sent_others_find_nothing(mail: tuple[Agent, Agent, Agent]):
     alice, _, carol = mail
     wait_until(lambda: found(alice, "auth*") == ["Auth tokens", "Deploy plan"])

@@ -1,36 +1,41 @@
 -- index_message: add messages to the project's search postings and to the sets
 -- of the agents that see them (idempotent: a message is the same member with
 -- the same score every time). One call carries a few messages (a worker's
--- step), so the store is never held for long and a step costs one round trip.
+-- step), each posting key once with all of its messages, so the store is never
+-- held for long and a step costs one round trip.
 --
--- KEYS, message after message:
---   n postings  zset  one per term, then one per agent that sees the message:
---                     message id by score
---   words       zset  the project's indexed words (score 0), only when the
---                     message has words
--- ARGV, message after message: its score, its id, n, w (how many words), then
---   its w words.
+-- KEYS: the posting keys (a term's zset, an agent's set), then the project's
+--   word list (zset, all scored 0) when there are words
+-- ARGV: how many posting keys; for each, n, then its n score/id pairs; then
+--   the words.
 --
--- Returns how many messages were indexed.
+-- Returns how many posting keys were written.
 
-local k, a, done = 1, 1, 0
-while a <= #ARGV do
-  local score, id = ARGV[a], ARGV[a + 1]
-  local n, w = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  for i = k, k + n - 1 do
-    redis.call("ZADD", KEYS[i], score, id)
+-- ZADD in slices, so a long list never exceeds what one call may unpack.
+local SLICE = 1000
+local function zadd(key, pairs)
+  for i = 1, #pairs, SLICE do
+    redis.call("ZADD", key, unpack(pairs, i, math.min(i + SLICE - 1, #pairs)))
   end
-  k = k + n
-  if w > 0 then
-    local words = {}
-    for i = a + 4, a + 3 + w do
-      words[#words + 1] = 0
-      words[#words + 1] = ARGV[i]
-    end
-    redis.call("ZADD", KEYS[k], unpack(words))
-    k = k + 1
-  end
-  a = a + 4 + w
-  done = done + 1
 end
-return done
+
+local count = tonumber(ARGV[1])
+local a = 2
+for k = 1, count do
+  local n = tonumber(ARGV[a])
+  local pairs = {}
+  for i = a + 1, a + 2 * n do
+    pairs[#pairs + 1] = ARGV[i]
+  end
+  zadd(KEYS[k], pairs)
+  a = a + 1 + 2 * n
+end
+if a <= #ARGV then
+  local words = {}
+  for i = a, #ARGV do
+    words[#words + 1] = 0
+    words[#words + 1] = ARGV[i]
+  end
+  zadd(KEYS[count + 1], words)
+end
+return count
