@@ -173,14 +173,13 @@ def _floods(ctx: Context, b_sends: int, what: str,
 
     Each flood is a new project A of its own; at most ``fairness_floods`` of them.
     """
-    floods: list[Flood] = []
-    while not floods or (sum(len(f.during()) for f in floods) < b_sends
-                         and len(floods) < ctx.sizes.fairness_floods):
-        if floods:
-            ctx.say(f"fairness: {what}: B sent {sum(len(f.during()) for f in floods)} "
-                    f"during A's drains, {b_sends} wanted: A floods again")
+    floods = [one()]
+    during = floods[0].during()
+    while len(during) < b_sends and len(floods) < ctx.sizes.fairness_floods:
+        ctx.say(f"fairness: {what}: B sent {len(during)} during A's drains, "
+                f"{b_sends} wanted: A floods again")
         floods.append(one())
-    during = [ms for f in floods for ms in f.during()]
+        during += floods[-1].during()
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
     segments: dict[str, list[float]] = {}

@@ -11,11 +11,12 @@
 --
 -- Returns how many posting keys were written.
 
--- ZADD in slices, so a long list never exceeds what one call may unpack.
+-- ZADD of t[from..to] (score/member pairs) in slices, so a long list never
+-- exceeds what one call may unpack.
 local SLICE = 1000
-local function zadd(key, pairs)
-  for i = 1, #pairs, SLICE do
-    redis.call("ZADD", key, unpack(pairs, i, math.min(i + SLICE - 1, #pairs)))
+local function zadd(key, t, from, to)
+  for i = from, to, SLICE do
+    redis.call("ZADD", key, unpack(t, i, math.min(i + SLICE - 1, to)))
   end
 end
 
@@ -23,11 +24,7 @@ local count = tonumber(ARGV[1])
 local a = 2
 for k = 1, count do
   local n = tonumber(ARGV[a])
-  local pairs = {}
-  for i = a + 1, a + 2 * n do
-    pairs[#pairs + 1] = ARGV[i]
-  end
-  zadd(KEYS[k], pairs)
+  zadd(KEYS[k], ARGV, a + 1, a + 2 * n)
   a = a + 1 + 2 * n
 end
 if a <= #ARGV then
@@ -36,6 +33,6 @@ if a <= #ARGV then
     words[#words + 1] = 0
     words[#words + 1] = ARGV[i]
   end
-  zadd(KEYS[count + 1], words)
+  zadd(KEYS[count + 1], words, 1, #words)
 end
 return count
