@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     webhook_probe_interval_s: float = Field(default=30.0, gt=0)
     # How long a worker owns an inbox delivery before another may finish it.
     inbox_lease_s: float = Field(default=30.0, gt=0)
+    # Search indexing waits while deliveries wait on the shared queues, but what was
+    # dispatched this long ago is indexed even then (workers/indexer.py).
+    search_lag_max_s: float = Field(default=60.0, gt=0)
     # Final messages idle this long are archived and removed (0 keeps everything).
     retention_days: float = Field(default=30.0, ge=0)
     # Where the archive goes; unset: <data_dir>/archive.

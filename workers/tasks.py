@@ -10,15 +10,16 @@ import redis
 from celery.utils.log import get_task_logger
 
 from messaging.config import get_settings
-from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK
+from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK, delivery_queues
 from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, Leased, now_ms
 from messaging.store.names import expire_names
-from messaging.store.searchindex import index_messages
+from messaging.store.searchindex import queue_for_index, queued_projects
 from workers import transports
 from workers.app import app
 from workers.dispatch import Dispatcher
+from workers.indexer import index_pending
 from workers.transports.base import Transport
 
 log: logging.Logger = get_task_logger(__name__)
@@ -30,6 +31,9 @@ LEASE_EXPIRED_NOT_SENT = "not sent: the worker stopped before handing the reques
 # A ticket serves the projects of its ring one turn each, this many turns at most
 # (a turn that finds nothing ready, taken by another ticket, counts too).
 TURNS_PER_TICKET = 8
+# Past the search lag, the sweeper indexes this many entries per round even while
+# deliveries wait (delivery tasks index more: a batch per turn they served).
+SWEEP_INDEX_OVERDUE = 100
 # A turn is carried a batch divided by this at a time (a step); between two
 # steps it looks for another project waiting. A twentieth of an inbox batch (5)
 # made another project's p99 under a flood about 40% lower than a tenth did, for
@@ -75,8 +79,9 @@ def deliver(transport: str, lane: str = "") -> str:
     ready deliveries): up to one batch, taken and carried a twentieth of a batch at
     a time, and only while no other project waits on the queue. Then the ticket
     goes on to the next project, if another waits, for a few turns at most.
-    Leases what is free, carries it, records outcomes. Returns what it
-    recorded, by outcome, for Flower.
+    Leases what is free, carries it, records outcomes; then, while no
+    delivery waits, indexes for search what was dispatched (``workers.indexer``).
+    Returns what it recorded, by outcome, and indexed, for Flower.
     """
     carrier = transports.get(transport)
     queue = carrier.queue(lane)
@@ -106,6 +111,9 @@ def deliver(transport: str, lane: str = "") -> str:
         # followed by another that served is even with the tickets: the next
         # project's own ticket is spare now.
         publisher().tickets(carrier.kind, lane, 1)
+    indexed = index_after(sorted({*delivery_queues(), queue}), carrier.batch_size * len(told))
+    if indexed:
+        told.append(f"indexed {indexed} for search")
     if told:
         return "; ".join(told)
     return f"{queue}: nothing waiting" if turn is None else \
@@ -147,7 +155,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
             more, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
                                                                    taken.delivery_ids)
             if leased:
-                index(project_id, leased)
+                index_later(project_id, leased)
             counts += more
             done += len(taken.delivery_ids)
         if not taken.left or done >= carrier.batch_size:
@@ -165,19 +173,32 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     return (summary(transport, project_id, counts) if done else None), gave_way, unticketed
 
 
-def index(project_id: str, leased: list[Leased]) -> None:
-    """Make dispatched messages searchable by their senders and these recipients.
+def index_later(project_id: str, leased: list[Leased]) -> None:
+    """Queue dispatched messages for the search index, for their senders and these
+    recipients (``workers.indexer`` writes it when no delivery waits).
 
     After the outcome is recorded, so search never delays a delivery; a failure
     here is logged and leaves the delivery as recorded.
     """
-    viewers: dict[str, set[str]] = {}
-    for lease in leased:
-        viewers.setdefault(lease.message_id, set()).update((lease.agent_id, lease.sender_id))
     try:
-        index_messages(store().client, store().scripts, project_id, viewers)
+        queue_for_index(store().client, project_id,
+                        [(lease.message_id, lease.agent_id, lease.sender_id) for lease in leased],
+                        now_ms())
     except redis.RedisError as exc:
-        log.warning("search index of %s not updated: %s", sorted(viewers), exc)
+        log.warning("search index of %s not updated: %s",
+                    sorted({lease.message_id for lease in leased}), exc)
+
+
+def index_after(queues: list[str], overdue_budget: int,
+                projects: list[str] | None = None) -> int:
+    """Index what waits for search while no project waits on ``queues``; how many
+    entries. A failure is logged (the entries stay queued)."""
+    try:
+        return index_pending(store(), queues, list(transports.installed()),
+                             get_settings().search_lag_max_s, overdue_budget, projects)
+    except redis.RedisError as exc:
+        log.warning("search indexing stopped: %s", exc)
+        return 0
 
 
 # No task events: a sweep every few seconds would push the delivery tasks out
@@ -186,14 +207,15 @@ def index(project_id: str, leased: list[Leased]) -> None:
 def sweep() -> int:
     """Publish again what was admitted but never dispatched, is due for a retry
     or a redrive, or whose idempotent worker died; record the outcome where a
-    non-idempotent worker's lease ran out.
+    non-idempotent worker's lease ran out; index what waits for search.
 
     Returns how many deliveries were published again.
     """
     grace_ms = int(get_settings().outbox_grace_s * 1000)
     idempotent = [kind for kind, t in transports.installed().items() if t.idempotent]
     published = 0
-    for project_id in store().project_ids():
+    projects = store().project_ids()
+    for project_id in projects:
         # Expired subscriptions first: their notices are due at once, so this
         # round publishes them.
         expire_due_sync(store().client, project_id, now_ms())
@@ -215,4 +237,9 @@ def sweep() -> int:
             published += len(todo)
             log.info("sweeper handed %d deliveries of %s over again (%d new tickets)",
                      len(todo), project_id, tickets)
+    # Every project's search queue, not only those listed as having one: on a
+    # cluster, a queue's first entry and its listing may land in either order.
+    queued = queued_projects(store().client, projects)
+    if queued:
+        index_after(delivery_queues(), SWEEP_INDEX_OVERDUE, queued)
     return published

@@ -11,6 +11,8 @@ Only ring_next touches one (its ring, alone), so no script crosses cluster slots
     courier:ring:<queue>                   zset   projects with ready deliveries for one
                                                   delivery queue, by turn number      no TTL
     courier:lanes                          set    lane names given to projects        no TTL
+    courier:sx:pending                     set    projects with dispatched messages waiting
+                                                  to be indexed for search            no TTL
 
 Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
@@ -56,6 +58,11 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   intersected with it)               no TTL
     :sxt:project                           zset   the project's indexed words, all scored 0,
                                                   for prefix look-ups by lex range   no TTL
+    :sxq                                   list   dispatched messages waiting to be indexed,
+                                                  oldest first: "<ms> <message_id> <agent_id>
+                                                  <sender_id>" (searchindex.py)       no TTL
+    :sxq_claim                             string the indexer working through :sxq (it
+                                                  saves duplicate work only)      claim time
     :retention                             zset   every stored message id by the time (ms)
                                                   the sweeper next looks at it: admission,
                                                   then the newest activity it saw       no TTL
@@ -90,6 +97,7 @@ IDEMPOTENCY_TTL_S = 7 * 24 * 3600
 SUBSCRIPTION_KEEP_S = IDEMPOTENCY_TTL_S
 PROJECTS = f"{PREFIX}:projects"
 LANES = f"{PREFIX}:lanes"
+SEARCH_PENDING = f"{PREFIX}:sx:pending"
 
 
 def _digest(value: str) -> str:
@@ -213,6 +221,16 @@ def search_seen(project_id: str, agent_id: str) -> str:
 def search_words(project_id: str) -> str:
     """Every word the project's messages hold, for prefix look-ups."""
     return f"{_p(project_id)}:sxt:project"
+
+
+def search_queue(project_id: str) -> str:
+    """Dispatched messages waiting to be indexed, oldest first."""
+    return f"{_p(project_id)}:sxq"
+
+
+def search_claim(project_id: str) -> str:
+    """Which indexer is working through the project's search queue."""
+    return f"{_p(project_id)}:sxq_claim"
 
 
 def retention(project_id: str) -> str:

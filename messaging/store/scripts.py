@@ -60,4 +60,5 @@ class Scripts:
         self.redrive = load("redrive")
         self.search_page = load("search_page")
         self.index_message = load("index_message")
+        self.trim_index_queue = load("trim_index_queue")
         self.release_held = load("release_held")

@@ -5,15 +5,19 @@ each agent one set of the messages it sent or received. A query intersects the
 postings of its words and filters (and, for an agent, its own set), driven by
 the smallest: its cost follows the matches, not the project's history. One
 message costs one posting per term plus one entry per agent that sees it (not
-one posting per term for each of them). Admission never writes here; the
-worker that dispatched a delivery indexes its message for the sender and that
-recipient.
+one posting per term for each of them).
+
+Admission never writes here. The worker that dispatched a delivery puts its
+message, its recipient and its sender on the project's search queue (one
+round trip beside the delivery's own), and an indexer works through the queue
+from its head (``workers.indexer``: when and how much): an entry leaves the
+queue only once its message is indexed, whoever else indexed it meanwhile.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +97,90 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
             keys=[*postings, *([keys.search_words(project_id)] if words else [])],
             args=[*args, *words])
     return found
+
+
+def queue_for_index(client: SyncClient, project_id: str,
+                    dispatched: Iterable[tuple[str, str, str]], at_ms: int) -> None:
+    """Put (message id, recipient id, sender id) of dispatched deliveries on the
+    project's search queue, and the project among those with a queue."""
+    entries = [f"{at_ms} {message_id} {agent_id} {sender_id}"
+               for message_id, agent_id, sender_id in dispatched]
+    if not entries:
+        return
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(keys.search_queue(project_id), *entries)
+    pipe.sadd(keys.SEARCH_PENDING, project_id)
+    pipe.execute()
+
+
+def queued_at_ms(entry: str) -> int:
+    """When a search queue entry was queued (ms)."""
+    return int(entry.split(" ", 1)[0])
+
+
+def peek_queue(client: SyncClient, project_id: str, count: int, transports: Sequence[str],
+               rings: Sequence[str]) -> tuple[list[str], int, int]:
+    """The oldest ``count`` entries of the project's search queue, how many of its
+    deliveries are ready for a worker (on any of ``transports``), and how many
+    projects wait in these delivery rings: one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.lrange(keys.search_queue(project_id), 0, count - 1)
+    for transport in transports:
+        pipe.zcard(keys.ready(project_id, transport))
+    for ring in rings:
+        pipe.zcard(ring)
+    head, *sizes = pipe.execute()
+    ready, waiting = sizes[:len(transports)], sizes[len(transports):]
+    return [str(e) for e in head], sum(int(n) for n in ready), sum(int(n) for n in waiting)
+
+
+def index_queued(client: SyncClient, scripts: Scripts, project_id: str,
+                 entries: list[str]) -> None:
+    """Index the messages of entries read from the head of the project's search
+    queue, then drop them from it (unless another indexer already did)."""
+    viewers: dict[str, set[str]] = {}
+    for entry in entries:
+        _, message_id, *agents = entry.split(" ")
+        viewers.setdefault(message_id, set()).update(agents)
+    index_messages(client, scripts, project_id, viewers)
+    scripts.trim_index_queue(keys=[keys.search_queue(project_id)], args=entries)
+
+
+def settle_queue(client: SyncClient, project_id: str) -> None:
+    """Take a project whose search queue looked empty off the list of those with
+    one; it goes back on if an entry came meanwhile."""
+    client.srem(keys.SEARCH_PENDING, project_id)
+    if client.llen(keys.search_queue(project_id)):
+        client.sadd(keys.SEARCH_PENDING, project_id)
+
+
+def pending_projects(client: SyncClient) -> list[str]:
+    """The projects with entries on their search queues."""
+    return sorted(str(p) for p in client.smembers(keys.SEARCH_PENDING))
+
+
+def queued_projects(client: SyncClient, project_ids: Sequence[str]) -> list[str]:
+    """Which of these projects have entries on their search queues (one round trip)."""
+    pipe = client.pipeline(transaction=False)
+    for project_id in project_ids:
+        pipe.llen(keys.search_queue(project_id))
+    return [p for p, n in zip(project_ids, pipe.execute() if project_ids else [], strict=True)
+            if n]
+
+
+def claim_queue(client: SyncClient, project_id: str, token: str, claim_ms: int) -> bool:
+    """Claim the project's search queue for one indexer, for ``claim_ms`` at most."""
+    return bool(client.set(keys.search_claim(project_id), token, nx=True, px=claim_ms))
+
+
+def release_queue(client: SyncClient, project_id: str, token: str) -> None:
+    """Give the claim back, if it is still ours.
+
+    Not atomic: at worst another indexer's fresh claim is dropped, and two work
+    through the queue at once for a while, which costs duplicate work only.
+    """
+    if client.get(keys.search_claim(project_id)) == token:
+        client.delete(keys.search_claim(project_id))
 
 
 def unindex_messages(client: SyncClient, prune_words: Any, project_id: str,

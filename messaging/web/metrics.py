@@ -37,21 +37,24 @@ def store_full(used_bytes: int, max_bytes: int) -> bool:
 BUSIEST = 10
 
 
-async def store_counters(store: Store) -> tuple[dict[str, int], int]:
-    """Every project's delivery counters added up, and the deliveries still due."""
+async def store_counters(store: Store) -> tuple[dict[str, int], int, int]:
+    """Every project's delivery counters added up, the deliveries still due, and
+    the dispatched messages waiting for the search index."""
     project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
     pipe = store.client.pipeline(transaction=False)
     for pid in project_ids:
         pipe.hgetall(keys.stats(pid))
         pipe.zcard(keys.due(pid))
+        pipe.llen(keys.search_queue(pid))
     raw = await pipe.execute()
     totals: dict[str, int] = {}
-    due = 0
-    for stats, waiting in zip(raw[::2], raw[1::2], strict=True):
+    due = unindexed = 0
+    for stats, waiting, queued in zip(raw[::3], raw[1::3], raw[2::3], strict=True):
         for field, value in stats.items():
             totals[field] = totals.get(field, 0) + int(value)
         due += int(waiting)
-    return totals, due
+        unindexed += int(queued)
+    return totals, due, unindexed
 
 
 async def busiest_backlogs(store: Store, kinds: list[str],
@@ -76,9 +79,11 @@ class Snapshot:
 
     def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int],
                  memory: tuple[int, int],
-                 backlogs: list[tuple[str, str, int]] | None = None) -> None:
+                 backlogs: list[tuple[str, str, int]] | None = None,
+                 unindexed: int = 0) -> None:
         self.totals, self.due, self.depths, self.memory = totals, due, depths, memory
         self.backlogs = backlogs or []
+        self.unindexed = unindexed
 
     def collect(self) -> Iterator[Metric]:
         """The delivery families."""
@@ -111,6 +116,8 @@ class Snapshot:
         for project_id, transport, waiting in self.backlogs:
             backlog.add_metric([project_id, transport], waiting)
         yield backlog
+        yield GaugeMetricFamily("courier_search_unindexed", "Dispatched deliveries whose "
+                                "message waits for the search index", value=self.unindexed)
 
     def _latency(self) -> HistogramMetricFamily:
         buckets: list[tuple[str, float]] = []
@@ -126,8 +133,8 @@ class Snapshot:
 
 def render(totals: dict[str, int], due: int, depths: dict[str, int],
            memory: tuple[int, int],
-           backlogs: list[tuple[str, str, int]] | None = None) -> bytes:
+           backlogs: list[tuple[str, str, int]] | None = None, unindexed: int = 0) -> bytes:
     """The exposition text: this process's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(totals, due, depths, memory, backlogs))
+    registry.register(Snapshot(totals, due, depths, memory, backlogs, unindexed))
     return generate_latest(REGISTRY) + generate_latest(registry)

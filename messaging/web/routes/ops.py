@@ -50,7 +50,7 @@ async def readyz(svc: Svc) -> JSONResponse:
 @router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus(svc: Svc) -> PlainTextResponse:
     """Prometheus text: admissions here, deliveries and queues of the deployment."""
-    totals, due = await metrics.store_counters(svc.store)
+    totals, due, unindexed = await metrics.store_counters(svc.store)
     memory = await svc.store.memory()
     backlogs = await metrics.busiest_backlogs(svc.store, transport_kinds())
     try:
@@ -58,5 +58,6 @@ async def prometheus(svc: Svc) -> PlainTextResponse:
             asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
     except Exception:  # broker unreachable: the other figures still help
         depths = {}
-    return PlainTextResponse(metrics.render(totals, due, depths, memory, backlogs).decode(),
+    return PlainTextResponse(metrics.render(totals, due, depths, memory, backlogs,
+                                              unindexed).decode(),
                              media_type="text/plain; version=0.0.4")

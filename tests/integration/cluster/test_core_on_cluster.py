@@ -43,6 +43,12 @@ from tests.integration.test_search import (
     test_mail_is_indexed_after_the_store_forgot_its_scripts,
     test_the_project_token_searches_every_message,
 )
+from tests.integration.test_search_indexing import (
+    quiet,
+    store,
+    test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue,
+    test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed,
+)
 from tests.integration.test_send_rules import test_100_recipients_in_all_are_admitted
 
 # Imported to run here: pytest collects tests and fixtures by name from this module.
@@ -50,6 +56,8 @@ __all__ = [
     "listeners",
     "mail",
     "own_stack",
+    "quiet",
+    "store",
     "test_100_recipients_in_all_are_admitted",
     "test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream",
     "test_a_duplicate_delivery_task_changes_nothing",
@@ -66,8 +74,10 @@ __all__ = [
     "test_every_word_must_match_in_subject_or_body",
     "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
     "test_mail_is_indexed_after_the_store_forgot_its_scripts",
+    "test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue",
     "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
     "test_new_mail_is_a_message_event_that_wakes_and_records_it_observed",
     "test_one_notice_per_subscription_when_50_presence_reports_race",
     "test_the_project_token_searches_every_message",
+    "test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed",
 ]

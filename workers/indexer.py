@@ -1,0 +1,108 @@
+"""Search indexing after dispatch, when it holds up no delivery.
+
+A worker that dispatched deliveries puts their messages on their project's
+search queue (``queue_for_index``, one round trip); the index is written here,
+from the head of each queue, a few messages per script call:
+
+- at the end of every delivery task, for every project with a queue, while no
+  project waits on the shared delivery queues or on the task's own (lane)
+  queue (as soon as one does, indexing stops and its deliveries go first), and
+  for each project only while none of its own deliveries wait (on its lane);
+- entries queued longer than ``search_lag_max_s`` are indexed even then, but
+  no more per task than a batch per turn it served, so a flood that outlasts
+  that is indexed as fast as it is delivered, that far behind;
+- the sweeper does the same for every project, so nothing waits on a queue
+  for the next delivery task.
+
+A message is thus searchable a moment after its dispatch on a quiet
+deployment; a burst of deliveries is indexed once it is delivered.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from itertools import takewhile
+
+from messaging.store import keys
+from messaging.store.deliveries import DeliveryStore, now_ms
+from messaging.store.searchindex import (
+    claim_queue,
+    index_queued,
+    peek_queue,
+    pending_projects,
+    queued_at_ms,
+    release_queue,
+    settle_queue,
+)
+
+# Entries per index call: a worker's step of a few messages, so that one call
+# holds the store about a millisecond and a delivery waits behind one at most.
+CHUNK = 10
+# One indexing run gives way after this long (another run goes on from there).
+RUN_MAX_S = 5.0
+# A claim outlasts its run; it runs out by itself if its indexer died.
+CLAIM_MS = 30_000
+
+
+def overdue(entries: list[str], before_ms: int) -> list[str]:
+    """The head of ``entries`` (oldest first) queued before ``before_ms``."""
+    return list(takewhile(lambda e: queued_at_ms(e) < before_ms, entries))
+
+
+def index_pending(store: DeliveryStore, queues: Sequence[str], transports: Sequence[str],
+                  lag_max_s: float, overdue_budget: int,
+                  projects: Sequence[str] | None = None) -> int:
+    """Index what waits on the search queues of ``projects`` (every project with a
+    queue when None) while no project waits on ``queues``, each while none of its
+    own deliveries of ``transports`` wait; past ``lag_max_s`` in the queue, up to
+    ``overdue_budget`` entries even then. Returns how many it indexed."""
+    run = _Run(store, [keys.ring(queue) for queue in queues], list(transports),
+               int(lag_max_s * 1000), overdue_budget)
+    todo = list(pending_projects(store.client) if projects is None else projects)
+    random.shuffle(todo)  # two indexers at once mostly take different projects
+    for project_id in todo:
+        if run.over() or not run.project(project_id):
+            break
+    return run.done
+
+
+class _Run:
+    """One indexing run: its deadline, its claim token, what it did."""
+
+    def __init__(self, store: DeliveryStore, rings: list[str], transports: list[str],
+                 lag_max_ms: int, overdue_budget: int) -> None:
+        self.store, self.rings, self.transports = store, rings, transports
+        self.lag_max_ms, self.budget = lag_max_ms, overdue_budget
+        self.token = uuid.uuid4().hex
+        self.deadline = time.monotonic() + RUN_MAX_S
+        self.done = 0
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def project(self, project_id: str) -> bool:
+        """Work through one project's queue; False when deliveries wait on the rings
+        (the run stops)."""
+        client = self.store.client
+        if not claim_queue(client, project_id, self.token, CLAIM_MS):
+            return True  # another indexer has it
+        try:
+            while not self.over():
+                entries, ready, waiting = peek_queue(client, project_id, CHUNK,
+                                                     self.transports, self.rings)
+                if not entries:
+                    settle_queue(client, project_id)
+                    return True
+                if waiting or ready:  # deliveries first, but not for ever
+                    entries = overdue(entries, now_ms() - self.lag_max_ms)[:self.budget]
+                    self.budget -= len(entries)
+                    if not entries:
+                        return not waiting  # only its own waited: others may go on
+                index_queued(client, self.store.scripts, project_id, entries)
+                self.done += len(entries)
+            return True
+        finally:
+            release_queue(client, project_id, self.token)
