@@ -144,6 +144,7 @@ def fairness_rows(r: Json) -> list[Row]:
                  f["b"]["p99_ms"], quiet, base, "<= 3x", _at_most(3.0), on_ratio=True),
             _row("fairness", f"B sends during A's drains, {label}", f["b_sent_during"]),
             _row("fairness", f"A drain s (mean of {f['floods']}), {label}", f["a_drain_s"]),
+            _row("fairness", f"A drained and indexed s, {label}", f["a_indexed_s"]),
         ]
     return rows
 

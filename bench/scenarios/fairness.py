@@ -14,7 +14,10 @@ of inbox messages as fast as it can (closed loop) while B goes on, three ways:
 - lane: A is on a lane of its own, its worker started only after A's flood is
   admitted; B's worker runs all along.
 
-Each way, B's figure counts what B sent during A's drains and nothing after.
+Each way, B's figure counts what B sent during A's drains and nothing after; a
+drain ends once A's last message is delivered and indexed for search (the
+index is written after the deliveries, when none wait), so what indexing A's
+flood costs B is in B's figure.
 A drain of 20,000 can be over in a few seconds, when B has sent a few dozen:
 a p99 of those would be their worst. So A floods again, a new project A each
 time (up to ``fairness_floods``), until B has sent during A's drains as many
@@ -39,6 +42,7 @@ from bench.procs import BenchError, Cluster, Proc
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.client import CourierClient
+from messaging.searchtext import EVERY
 from messaging.store import keys
 
 LANE = "bulk"
@@ -104,7 +108,8 @@ class Flood:
     b_sent: list[Admitted]
     b_times: dict[str, dict[str, str]]
     start_us: int  # A's first send (live) or the moment A's backlog was let go
-    end_us: int  # A's last delivery recorded
+    delivered_us: int  # A's last delivery recorded
+    end_us: int  # then A's flood seen indexed for search, or delivered_us if later
     a_sent: int
     a_admission_per_s: float
 
@@ -129,10 +134,11 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
                         count=s.fairness_flood, keep=SEND_FIELDS)
         flood["a"] = loadgen.run(spec)
 
-    def drained() -> bool:
+    def drained() -> bool:  # delivered and indexed
         with c.redis() as r:
             done = int(r.hget(keys.stats(a.project_id), "outcome:accepted") or 0)
-        return not thread.is_alive() and done >= s.fairness_flood
+            indexed = int(r.zcard(keys.search_postings(a.project_id, EVERY)))
+        return not thread.is_alive() and min(done, indexed) >= s.fairness_flood
 
     b_loads: list[LoadResult] = []
     b_stop = threading.Event()
@@ -155,16 +161,18 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
             b_stop.set()
             raise BenchError(f"{what}: A's flood was not drained in {s.drain_timeout_s:g} s")
         time.sleep(0.05)
+    indexed_us = time.time_ns() // 1000
     b_stop.set()
     b_thread.join()
     thread.join()
     a_sent = admitted(flood["a"], f"{what}: A")
     a_times = _recorded(c, a, a_sent, ctx, f"{what}: A")
     b_sent = [m for load in b_loads for m in admitted(load, f"{what}: B")]
+    delivered_us = max(int(t["provider_result_recorded_us"]) for t in a_times.values())
     return Flood(b_sent, _recorded(c, b, b_sent, ctx, f"{what}: B"),
                  drain_start_us if serve_a else min(m.sent_us for m in a_sent),
-                 max(int(t["provider_result_recorded_us"]) for t in a_times.values()),
-                 len(a_sent), round(flood["a"].per_s, 1))
+                 delivered_us, max(delivered_us, indexed_us), len(a_sent),
+                 round(flood["a"].per_s, 1))
 
 
 def _floods(ctx: Context, b_sends: int, what: str,
@@ -188,12 +196,14 @@ def _floods(ctx: Context, b_sends: int, what: str,
         for name, values in _segments(f.b_sent, f.b_times, f.start_us, f.end_us).items():
             segments.setdefault(name, []).extend(values)
         worst += _worst(f.b_sent, f.b_times, f.start_us, f.end_us)
-    drains = [round((f.end_us - f.start_us) / 1e6, 2) for f in floods]
+    drains = [round((f.delivered_us - f.start_us) / 1e6, 2) for f in floods]
+    indexed = [round((f.end_us - f.start_us) / 1e6, 2) for f in floods]
     return {"b": latency(during), "b_sent_during": len(during),
             "b_segments": {name: latency(values) for name, values in segments.items()},
             "b_worst": sorted(worst, key=lambda r: -r["total_ms"])[:5],
             "floods": len(floods), "a_sent": sum(f.a_sent for f in floods),
             "a_drain_s": round(sum(drains) / len(drains), 2), "a_drain_s_each": drains,
+            "a_indexed_s": round(sum(indexed) / len(indexed), 2), "a_indexed_s_each": indexed,
             "a_admission_per_s": round(sum(f.a_admission_per_s for f in floods)
                                        / len(floods), 1)}
 
