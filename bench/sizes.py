@@ -37,6 +37,8 @@ class Sizes:
     fairness_quiet_s: float = 20.0
     fairness_window_s: float = 5.0
     fairness_floods: int = 5
+    # (--quick: B's windows leave a gap while the next load generator starts, and a
+    # drain of 1,000 can fall in one; longer windows and a third flood make that rare.)
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
@@ -45,4 +47,4 @@ FULL = Sizes()
 QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
               search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
-              fairness_quiet_s=2.0, fairness_window_s=1.0, fairness_floods=2)
+              fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3)
