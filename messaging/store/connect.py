@@ -94,7 +94,7 @@ def async_client(url: str, connections: int = POOL_CONNECTIONS, **options: Any) 
         return AsyncRedisCluster.from_url(node_url(url), **settings)
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=connections, timeout=POOL_WAIT_S, **settings)
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
 
 
 def socket_timeout_s(client: AsyncClient, default_s: float) -> float | None:
