@@ -409,9 +409,11 @@ class BatchPublisher:
         for (project_id, transport), dids in grouped(loose).items():
             readied.append(Readied(project_id, transport,
                                    *await self.store.make_ready(project_id, transport, dids)))
-        joins = {(r.queue, r.project_id) for r in readied if self.publisher.joins(r)}
+        # In the order their mail came: the rings serve those joining first come, first served.
+        joins = list(dict.fromkeys((r.queue, r.project_id) for r in readied
+                                   if self.publisher.joins(r)))
         if joins:
-            await self.store.ring_join(sorted(joins))
+            await self.store.ring_join(joins)
         return readied
 
     def _settle(self, futures: list[asyncio.Future[bool]], *, ok: bool) -> None:

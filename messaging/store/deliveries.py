@@ -16,8 +16,17 @@ LEASE_FIELDS = 9
 # Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
 DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 INF = "inf"
+# A project joins a ring at its joining time (us) less this: below the turns of
+# projects that were served (0 and up), in the order of joining.
+JOINED_BELOW = 2**52
 
 Json = dict[str, Any]
+
+
+def joining_turns(n: int) -> list[int]:
+    """Ring turn numbers for ``n`` projects joining rings now, in this order."""
+    first = now_us() - JOINED_BELOW
+    return list(range(first, first + n))
 
 
 @dataclass(frozen=True)
@@ -203,8 +212,13 @@ class DeliveryStore:
         return int(self.client.zcard(keys.ready(project_id, transport)))
 
     def ring_join(self, queue: str, project_id: str) -> None:
-        """Put a project in a queue's ring (served next); no change when it is there."""
-        self.client.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+        """Put a project in a queue's ring; no change when it is there.
+
+        It is served before every project that has had a turn since it joined,
+        after those that joined before it and still wait for their first
+        (``ring_next.lua``).
+        """
+        self.client.zadd(keys.ring(queue), {project_id: joining_turns(1)[0]}, nx=True)
 
     def ring_next(self, queue: str) -> tuple[str, int] | None:
         """Whose turn it is on a queue (the project goes to the back of the ring), and

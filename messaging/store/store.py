@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -12,6 +12,7 @@ import redis.exceptions
 
 from messaging import ids
 from messaging.store import connect, keys
+from messaging.store.deliveries import joining_turns
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
@@ -328,12 +329,12 @@ class Store:
             args=delivery_ids)
         return int(added), str(lane), int(count)
 
-    async def ring_join(self, joins: Iterable[tuple[str, str]]) -> None:
-        """Put each (queue, project) in the queue's ring (served next), in one round
-        trip; no change for a project that is there."""
+    async def ring_join(self, joins: Sequence[tuple[str, str]]) -> None:
+        """Put each (queue, project) in the queue's ring, in this order, in one round
+        trip; no change for a project that is there (``DeliveryStore.ring_join``)."""
         pipe = self.client.pipeline(transaction=False)
-        for queue, project_id in joins:
-            pipe.zadd(keys.ring(queue), {project_id: 0}, nx=True)
+        for (queue, project_id), turn in zip(joins, joining_turns(len(joins)), strict=True):
+            pipe.zadd(keys.ring(queue), {project_id: turn}, nx=True)
         await pipe.execute()
 
     async def archived_day(self, project_id: str, some_id: str,

@@ -1,7 +1,11 @@
 -- ring_next: whose turn it is on one delivery queue. The ring holds the
 -- projects with ready deliveries for the queue, by turn number; the project
--- with the lowest number is served and goes to the back (highest number + 1).
--- A project joining the ring gets turn 0: it is served next.
+-- with the lowest number is served and goes to the back (highest number + 1,
+-- and 0 at least).
+-- A project joining the ring gets a number below 0 that grows with the time it
+-- joined (DeliveryStore.ring_join): it is served before every project that has
+-- had a turn since, after those that joined before it. A flood whose ready set
+-- empties and fills again joins again each time, behind whoever joined first.
 --
 -- KEYS[1]  ring  zset  project ids by turn number
 --
@@ -13,5 +17,6 @@ if #head == 0 then
   return false
 end
 local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
-redis.call("ZADD", KEYS[1], string.format("%d", tonumber(last[2]) + 1), head[1])
+local back = math.max(tonumber(last[2]), -1) + 1
+redis.call("ZADD", KEYS[1], string.format("%d", back), head[1])
 return {head[1], redis.call("ZCARD", KEYS[1])}
