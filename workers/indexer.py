@@ -87,22 +87,34 @@ class _Run:
         """Work through one project's queue; False when deliveries wait on the rings
         (the run stops)."""
         client = self.store.client
-        if not claim_queue(client, project_id, self.token, CLAIM_MS):
-            return True  # another indexer has it
+        entries, go_on = self._next(project_id)
+        # Claimed only with something to do: while deliveries wait, a look costs
+        # one round trip per project, not a claim and its release too.
+        if not entries or not claim_queue(client, project_id, self.token, CLAIM_MS):
+            return go_on  # nothing to do now, or another indexer has it
         try:
-            while not self.over():
-                entries, ready, waiting = peek_queue(client, project_id, CHUNK,
-                                                     self.transports, self.rings)
-                if not entries:
-                    settle_queue(client, project_id)
-                    return True
-                if waiting or ready:  # deliveries first, but not for ever
-                    entries = overdue(entries, now_ms() - self.lag_max_ms)[:self.budget]
-                    self.budget -= len(entries)
-                    if not entries:
-                        return not waiting  # only its own waited: others may go on
+            while entries:
                 index_queued(client, self.store.scripts, project_id, entries)
                 self.done += len(entries)
-            return True
+                if self.over():
+                    return True
+                entries, go_on = self._next(project_id)
+            return go_on
         finally:
             release_queue(client, project_id, self.token)
+
+    def _next(self, project_id: str) -> tuple[list[str], bool]:
+        """The project's entries to index next (none: nothing now) and whether the run
+        may go on to other projects."""
+        client = self.store.client
+        entries, ready, waiting = peek_queue(client, project_id, CHUNK, self.transports,
+                                             self.rings)
+        if not entries:
+            settle_queue(client, project_id)
+            return [], True
+        if waiting or ready:  # deliveries first, but not for ever
+            entries = overdue(entries, now_ms() - self.lag_max_ms)[:self.budget]
+            self.budget -= len(entries)
+            if not entries:
+                return [], not waiting  # only its own waited: others may go on
+        return entries, True
