@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.store import Store
 from tests.stack import Stack
@@ -21,7 +22,9 @@ FIRST, SECOND, THIRD = "prj_zzz", "prj_mmm", "prj_aaa"
 def ring(stack: Stack) -> Iterator[tuple[DeliveryStore, str]]:
     """A store and a queue of its own, which no worker serves."""
     store = DeliveryStore.from_url(stack.store.url)
-    yield store, f"deliver.ring-test-{uuid.uuid4().hex[:8]}"
+    queue = f"deliver.ring-test-{uuid.uuid4().hex[:8]}"
+    yield store, queue
+    store.client.delete(keys.ring(queue))  # the stack is shared: leave no made-up projects
     store.client.close()
 
 
