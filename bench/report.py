@@ -143,6 +143,10 @@ def fairness_rows(r: Json) -> list[Row]:
             _row("fairness", f"B p99 ms during A's {r['flood']:,} flood, {label}",
                  f["b"]["p99_ms"], quiet, base, "<= 3x", _at_most(3.0), on_ratio=True),
             _row("fairness", f"B sends during A's drains, {label}", f["b_sent_during"]),
+            _row("fairness", f"B p99 ms clear of the store's AOF rewrites, {label}",
+                 f["b_clear_of_rewrites"]["p99_ms"], quiet, base, on_ratio=True),
+            _row("fairness", f"store AOF rewrites during A's drains, {label}",
+                 f["store_rewrites"]),
             _row("fairness", f"A drain s (mean of {f['floods']}), {label}", f["a_drain_s"]),
             _row("fairness", f"A drained and indexed s, {label}", f["a_indexed_s"]),
         ]

@@ -23,15 +23,23 @@ a p99 of those would be their worst. So A floods again, a new project A each
 time (up to ``fairness_floods``), until B has sent during A's drains as many
 as it sent alone, and the p99 of all of them is B's figure beside B alone's.
 
+Beside B's p99, the p99 of B's sends clear of the store's AOF rewrites (none
+under way between the send and its delivery), from the store's log: on one
+small machine a rewrite's child takes a core for a second or more, and that,
+not the order of the queues, is where B's worst waits fall.
+
 Every message of A and B must be delivered exactly once, or the run is void.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from bench import loadgen
@@ -48,6 +56,31 @@ from messaging.store import keys
 LANE = "bulk"
 PARKED = "parked"  # a lane no worker serves: A's flood waits there
 B_CONCURRENCY = 4
+# The store's log lines that open and close an AOF rewrite (child forked; new base in place).
+REWRITE_START = "Background append only file rewriting started"
+REWRITE_END = "Background AOF rewrite finished"
+LOG_TIME = re.compile(r"^\d+:\w (\d\d \w{3} \d{4} \d\d:\d\d:\d\d\.\d{3}) ")
+
+Window = tuple[int, int]  # start, end: us since the epoch
+
+
+def rewrites(log: Path) -> list[Window]:
+    """The store's AOF rewrites, from its log (one still under way ends now)."""
+    windows: list[Window] = []
+    start = None
+    for line in log.read_text(errors="replace").splitlines():
+        if not (m := LOG_TIME.match(line)):
+            continue
+        # The server logs local time, as naive datetimes are read.
+        at_us = int(datetime.strptime(m.group(1), "%d %b %Y %H:%M:%S.%f").timestamp() * 1e6)
+        if REWRITE_START in line:
+            start = at_us
+        elif REWRITE_END in line and start is not None:
+            windows.append((start, at_us))
+            start = None
+    if start is not None:
+        windows.append((start, time.time_ns() // 1000))
+    return windows
 
 
 def _trickle(url: str, requests: list[Request], ctx: Context, duration_s: float) -> LoadResult:
@@ -85,19 +118,26 @@ def _segments(sent: list[Admitted], times: dict[str, dict[str, str]],
     return out
 
 
+def _overlaps(since_us: int, until_us: int, windows: list[Window]) -> bool:
+    return any(start <= until_us and since_us <= end for start, end in windows)
+
+
 def _worst(sent: list[Admitted], times: dict[str, dict[str, str]], since_us: int,
-           until_us: int, n: int = 5) -> list[dict[str, float]]:
-    """B's slowest deliveries: when (s after the drain started) and where the time went."""
+           until_us: int, windows: list[Window], n: int = 5) -> list[dict[str, Any]]:
+    """B's slowest deliveries: when (s after the drain started), where the time went,
+    and whether a store rewrite was under way."""
     rows = []
     for m in sent:
         if not since_us <= m.sent_us <= until_us:
             continue
         for did, _ in m.deliveries:
             t = {k: int(v) for k, v in times[did].items()}
+            done_us = t["provider_result_recorded_us"]
             rows.append({"at_s": round((m.sent_us - since_us) / 1e6, 2),
-                         "total_ms": (t["provider_result_recorded_us"] - m.sent_us) / 1000,
+                         "total_ms": (done_us - m.sent_us) / 1000,
                          **{name: (t[end] - (t[start] if start else m.sent_us)) / 1000
-                            for name, start, end in SEGMENTS}})
+                            for name, start, end in SEGMENTS},
+                         "store_rewrite": _overlaps(m.sent_us, done_us, windows)})
     return sorted(rows, key=lambda r: -r["total_ms"])[:n]
 
 
@@ -116,6 +156,18 @@ class Flood:
     def during(self) -> list[float]:
         """B's send -> inbox latencies of what B sent during A's drain."""
         return _latencies(self.b_sent, self.b_times, self.start_us, self.end_us)
+
+    def clear_of(self, windows: list[Window]) -> list[float]:
+        """Those of ``during`` with no store rewrite between the send and its delivery."""
+        out = []
+        for m in self.b_sent:
+            if not self.start_us <= m.sent_us <= self.end_us:
+                continue
+            for did, _ in m.deliveries:
+                done_us = int(self.b_times[did]["provider_result_recorded_us"])
+                if not _overlaps(m.sent_us, done_us, windows):
+                    out.append((done_us - m.sent_us) / 1000)
+        return out
 
 
 def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, what: str,
@@ -175,8 +227,8 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
                  round(flood["a"].per_s, 1))
 
 
-def _floods(ctx: Context, b_sends: int, what: str,
-            one: Callable[[], Flood]) -> dict[str, Any]:
+def _floods(ctx: Context, b_sends: int, what: str, one: Callable[[], Flood],
+            store_log: Path) -> dict[str, Any]:
     """Floods of A's (``one`` runs the next) until B sent ``b_sends`` during A's drains.
 
     Each flood is a new project A of its own; at most ``fairness_floods`` of them.
@@ -190,15 +242,20 @@ def _floods(ctx: Context, b_sends: int, what: str,
         during += floods[-1].during()
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
+    windows = rewrites(store_log)
     segments: dict[str, list[float]] = {}
-    worst: list[dict[str, float]] = []
+    worst: list[dict[str, Any]] = []
+    clear: list[float] = []
     for f in floods:
         for name, values in _segments(f.b_sent, f.b_times, f.start_us, f.end_us).items():
             segments.setdefault(name, []).extend(values)
-        worst += _worst(f.b_sent, f.b_times, f.start_us, f.end_us)
+        worst += _worst(f.b_sent, f.b_times, f.start_us, f.end_us, windows)
+        clear += f.clear_of(windows)
     drains = [round((f.delivered_us - f.start_us) / 1e6, 2) for f in floods]
     indexed = [round((f.end_us - f.start_us) / 1e6, 2) for f in floods]
+    in_drains = [w for w in windows if any(_overlaps(f.start_us, f.end_us, [w]) for f in floods)]
     return {"b": latency(during), "b_sent_during": len(during),
+            "b_clear_of_rewrites": latency(clear), "store_rewrites": len(in_drains),
             "b_segments": {name: latency(values) for name, values in segments.items()},
             "b_worst": sorted(worst, key=lambda r: -r["total_ms"])[:5],
             "floods": len(floods), "a_sent": sum(f.a_sent for f in floods),
@@ -230,7 +287,7 @@ def run(ctx: Context) -> dict[str, Any]:
             return _flood(ctx, c, url, a, b, "live")
 
         ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
-        live = _floods(ctx, wanted, "live", live_flood)
+        live = _floods(ctx, wanted, "live", live_flood, c.store.log_path)
 
         with CourierClient(url, c.operator_token) as op:
             def shared_flood() -> Flood:
@@ -240,7 +297,7 @@ def run(ctx: Context) -> dict[str, Any]:
                               lambda: op.set_lane(a.project_id, None))
 
             ctx.say(f"fairness: A's {s.fairness_flood:,} wait, then join the shared queue")
-            shared = _floods(ctx, wanted, "shared", shared_flood)
+            shared = _floods(ctx, wanted, "shared", shared_flood, c.store.log_path)
             lane_workers: list[Proc] = []
 
             def lane_flood() -> Flood:
@@ -254,7 +311,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
             ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, "
                     "then its own worker")
-            laned = _floods(ctx, wanted, "lane", lane_flood)
+            laned = _floods(ctx, wanted, "lane", lane_flood, c.store.log_path)
     return {
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
