@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -96,10 +96,24 @@ def _recorded(c: Cluster, pop: Population, sent: list[Admitted], ctx: Context,
         return check_exactly_once(r, pop.project_id, sent, what)
 
 
+def _overlaps(since_us: int, until_us: int, windows: Sequence[Window]) -> bool:
+    return any(start <= until_us and since_us <= end for start, end in windows)
+
+
 def _latencies(sent: list[Admitted], times: dict[str, dict[str, str]],
-               since_us: int = 0, until_us: int = 2**63) -> list[float]:
-    return [(int(times[did]["provider_result_recorded_us"]) - m.sent_us) / 1000
-            for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
+               since_us: int = 0, until_us: int = 2**63,
+               clear_of: Sequence[Window] = ()) -> list[float]:
+    """Send -> inbox latencies of what was sent in [since, until], less any that
+    a window of ``clear_of`` overlapped (from the send to its delivery)."""
+    out = []
+    for m in sent:
+        if not since_us <= m.sent_us <= until_us:
+            continue
+        for did, _ in m.deliveries:
+            done_us = int(times[did]["provider_result_recorded_us"])
+            if not _overlaps(m.sent_us, done_us, clear_of):
+                out.append((done_us - m.sent_us) / 1000)
+    return out
 
 
 # Where B's time goes: send -> admitted (the API), admitted -> dispatch started
@@ -116,10 +130,6 @@ def _segments(sent: list[Admitted], times: dict[str, dict[str, str]],
             (int(times[did][end]) - (int(times[did][start]) if start else m.sent_us)) / 1000
             for m in sent if since_us <= m.sent_us <= until_us for did, _ in m.deliveries]
     return out
-
-
-def _overlaps(since_us: int, until_us: int, windows: list[Window]) -> bool:
-    return any(start <= until_us and since_us <= end for start, end in windows)
 
 
 def _worst(sent: list[Admitted], times: dict[str, dict[str, str]], since_us: int,
@@ -156,18 +166,6 @@ class Flood:
     def during(self) -> list[float]:
         """B's send -> inbox latencies of what B sent during A's drain."""
         return _latencies(self.b_sent, self.b_times, self.start_us, self.end_us)
-
-    def clear_of(self, windows: list[Window]) -> list[float]:
-        """Those of ``during`` with no store rewrite between the send and its delivery."""
-        out = []
-        for m in self.b_sent:
-            if not self.start_us <= m.sent_us <= self.end_us:
-                continue
-            for did, _ in m.deliveries:
-                done_us = int(self.b_times[did]["provider_result_recorded_us"])
-                if not _overlaps(m.sent_us, done_us, windows):
-                    out.append((done_us - m.sent_us) / 1000)
-        return out
 
 
 def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, what: str,
@@ -250,7 +248,7 @@ def _floods(ctx: Context, b_sends: int, what: str, one: Callable[[], Flood],
         for name, values in _segments(f.b_sent, f.b_times, f.start_us, f.end_us).items():
             segments.setdefault(name, []).extend(values)
         worst += _worst(f.b_sent, f.b_times, f.start_us, f.end_us, windows)
-        clear += f.clear_of(windows)
+        clear += _latencies(f.b_sent, f.b_times, f.start_us, f.end_us, windows)
     drains = [round((f.delivered_us - f.start_us) / 1e6, 2) for f in floods]
     indexed = [round((f.end_us - f.start_us) / 1e6, 2) for f in floods]
     in_drains = [w for w in windows if any(_overlaps(f.start_us, f.end_us, [w]) for f in floods)]
