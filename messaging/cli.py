@@ -93,6 +93,10 @@ def up(
         help="only delivery workers for lane NAME (queues deliver.<transport>.NAME), against "
              "the configured store and broker: no store, API, beat or Flower; for another "
              "machine, or beside a running `courier up`")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", metavar="N", min=1, max=64,
+        help="processes per delivery worker (COURIER_WORKER_CONCURRENCY; default: what "
+             "each transport declares, 2 for inbox and webhook)")] = None,
 ) -> None:
     """Run the Procfile: store (embedded unless COURIER_REDIS_URL), API, workers, beat, Flower.
 
@@ -103,6 +107,8 @@ def up(
     settings = get_settings()
     if log_tasks:
         settings = settings.model_copy(update={"log_tasks": True})
+    if concurrency is not None:
+        settings = settings.model_copy(update={"worker_concurrency": concurrency})
     raise typer.Exit(run_up(settings) if lane is None else run_lane(settings, lane))
 
 

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     log_tasks: bool = False
     # Tasks Flower keeps in memory (about 6 KB each).
     flower_max_tasks: int = Field(default=10_000, ge=100)
+    # Processes of each delivery worker (Celery's -c); unset: what its transport declares.
+    worker_concurrency: int | None = Field(default=None, ge=1, le=64)
 
     @field_validator("webhook_retry_schedule_s")
     @classmethod

@@ -47,7 +47,7 @@ def process_table(settings: Settings) -> dict[str, list[str]]:
     expanded: dict[str, list[str]] = {}
     for name, command in table.items():
         if name == WORKERS:
-            expanded.update(workerpool.commands())
+            expanded.update(workerpool.commands(concurrency=settings.worker_concurrency))
         else:
             expanded[name] = command
     return expanded
@@ -95,7 +95,7 @@ def run_lane(settings: Settings, lane: str) -> int:
     """
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
     try:
-        table = workerpool.commands(workerpool.check_lane(lane))
+        table = workerpool.commands(workerpool.check_lane(lane), settings.worker_concurrency)
     except workerpool.LaneNameError as exc:
         Output([SUPERVISOR_NAME]).line(SUPERVISOR_NAME, f"cannot start: {exc}")
         return 2

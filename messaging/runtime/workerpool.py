@@ -6,7 +6,8 @@ a plug-in distribution, and supervises them: output prefixed per worker,
 SIGINT/SIGTERM passed on as a warm shutdown, and when one worker dies the
 others are stopped and the pool exits 1, so its runner (honcho, Compose,
 ``courier up``) sees it. Each worker takes its queue, concurrency and
-prefetch from its transport's declaration; the sweeper's queue rides with
+prefetch from its transport's declaration (``COURIER_WORKER_CONCURRENCY``
+sets the processes of every worker instead); the sweeper's queue rides with
 the inbox worker.
 
 ``--lane NAME`` starts the same workers for one lane's queues
@@ -22,6 +23,7 @@ import sys
 
 from pydantic import ValidationError
 
+from messaging.config import get_settings
 from messaging.models import LaneIn
 from messaging.runtime import children
 from messaging.runtime.celeryconf import SWEEP_QUEUE
@@ -57,18 +59,20 @@ def node_name(kind: str, lane: str = "") -> str:
     return f"{kind}.{lane}@%h" if lane else f"{kind}@%h"
 
 
-def worker_argv(kind: str, lane: str = "", sweep: bool = False) -> list[str]:
-    """The command line of the worker of one installed transport (on a lane, the lane's)."""
+def worker_argv(kind: str, lane: str = "", sweep: bool = False,
+                concurrency: int | None = None) -> list[str]:
+    """The command line of the worker of one installed transport (on a lane, the lane's),
+    with ``concurrency`` processes or, if None, as many as the transport declares."""
     cls = transports.installed()[kind]
     queues = [cls.queue(lane), *([SWEEP_QUEUE] if sweep else [])]
     return [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "-E",
             "-Q", ",".join(queues), "-n", node_name(kind, lane),
-            "-c", str(cls.worker_concurrency),
+            "-c", str(concurrency or cls.worker_concurrency),
             "--prefetch-multiplier", str(cls.prefetch_multiplier),
             "--loglevel", LOG_LEVEL]
 
 
-def commands(lane: str = "") -> dict[str, list[str]]:
+def commands(lane: str = "", concurrency: int | None = None) -> dict[str, list[str]]:
     """``worker-<kind>``: its command line, for every installed transport.
 
     Without a lane one of them also serves the sweeper's queue (the inbox
@@ -76,7 +80,7 @@ def commands(lane: str = "") -> dict[str, list[str]]:
     """
     kinds = list(transports.installed())
     sweeper = "" if lane else (SWEEP_TRANSPORT if SWEEP_TRANSPORT in kinds else kinds[0])
-    return {PROCESS_PREFIX + kind: worker_argv(kind, lane, sweep=kind == sweeper)
+    return {PROCESS_PREFIX + kind: worker_argv(kind, lane, kind == sweeper, concurrency)
             for kind in kinds}
 
 
@@ -86,13 +90,13 @@ def exec_worker(name: str) -> None:
     Raises:
         KeyError: no transport of that kind is installed.
     """
-    words = commands()[name]
+    words = commands(concurrency=get_settings().worker_concurrency)[name]
     os.execvp(words[0], words)
 
 
 def run(lane: str = "") -> int:
     """Run the pool until SIGINT or SIGTERM (0) or one of its workers dies (1)."""
-    table = commands(lane)
+    table = commands(lane, get_settings().worker_concurrency)
     out = children.Output([POOL_NAME, *table])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     served = ", ".join(q for argv in table.values() for q in argv[argv.index("-Q") + 1].split(","))

@@ -155,9 +155,10 @@ def flower(lanes: Stack) -> Iterator[tuple[str, tuple[str, str]]]:
     proc.stop()
 
 
-def lane_workers(stack: Stack, lane: str) -> Proc:
-    """`courier up --lane NAME` against the stack's store; once each of its workers is ready."""
-    proc = stack.spawn("lane", ["-m", "messaging.cli", "up", "--lane", lane])
+def lane_workers(stack: Stack, lane: str, *options: str) -> Proc:
+    """`courier up --lane NAME [options]` against the stack's store; once each of its
+    workers is ready."""
+    proc = stack.spawn("lane", ["-m", "messaging.cli", "up", "--lane", lane, *options])
 
     def ready() -> bool:
         if not proc.alive():
@@ -204,10 +205,12 @@ def test_flower_lists_a_lane_queue_without_a_worker_and_courier_up_lane_drains_i
     assert broker.status_code == 200 and queue in broker.text
     assert not any(queue in str(w.get("active_queues")) for w in workers().values())
 
-    worker = lane_workers(lanes, lane)
+    worker = lane_workers(lanes, lane, "--concurrency", "1")
     wait_until(lambda: outcomes(alice, held) == ["accepted"] * 3, what="the lane's workers")
     said = worker.log.read_text(errors="replace")
     assert f"inbox.{lane}@" in said and f"webhook.{lane}@" in said
+    # Each of them one process, not the two the transports declare.
+    assert said.count("concurrency: 1 (prefork)") == len(transports.installed()), said
     assert f"exchange=deliver.inbox.{lane}(direct)" in said
     assert "exchange=courier.sweep" not in said  # the sweeper stays with the shared workers
     wait_until(lambda: flower_queues()[queue] == 0, 20, 0.2, f"{queue} drained in Flower")

@@ -82,6 +82,15 @@ def test_up_lane_is_in_the_help_and_a_bad_lane_name_starts_nothing(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []  # no store, no data dir
 
 
+def test_up_refuses_a_worker_concurrency_below_one_before_starting_anything(
+        tmp_path: Path) -> None:
+    done = runner.invoke(app, ["up", "--lane", "bulk", "--concurrency", "0"],
+                         env={"COLUMNS": "200"})
+    assert done.exit_code == 2
+    assert "--concurrency" in done.output
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", [["send", "--to", "Bob", "--subject", "hi"],
                                      ["reply", "msg_x"]], ids=["send", "reply"])
 def test_a_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty(

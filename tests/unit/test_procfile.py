@@ -89,6 +89,18 @@ def test_a_lanes_workers_serve_only_its_queues_under_names_of_their_own() -> Non
         "webhook.bulk-2@%h")
 
 
+def test_worker_concurrency_sets_the_processes_of_every_worker_shared_or_on_a_lane(
+        tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, redis_url="redis://db:6379/0", worker_concurrency=3)
+    tables = [process_table(settings), workerpool.commands("bulk", 3)]
+    for table in tables:
+        workers = [argv for name, argv in table.items() if name.startswith("worker-")]
+        assert len(workers) == len(transports.installed())
+        assert all(argv[argv.index("-c") + 1] == "3" for argv in workers)
+    with pytest.raises(ValueError, match="worker_concurrency"):
+        Settings(worker_concurrency=0)
+
+
 @pytest.mark.parametrize("name", ["", "Bulk", "a" * 33, "x_y", "a.b", "a b"])
 def test_a_lane_name_courier_would_refuse_is_refused_by_name(name: str) -> None:
     with pytest.raises(workerpool.LaneNameError, match="bad lane name"):
