@@ -200,9 +200,10 @@ class Cluster:
         return proc, url
 
     def start_worker(self, app: str = CELERY_APP, queues: str | None = None,
-                     wait: bool = True) -> Proc:
-        """A Celery worker of ``app``: the Procfile's inbox worker, or with other queues."""
-        settings = self.settings()
+                     wait: bool = True, concurrency: int | None = None) -> Proc:
+        """A Celery worker of ``app``: the Procfile's inbox worker, or with other queues
+        (and ``concurrency`` processes instead of the transport's own)."""
+        settings = self.settings(worker_concurrency=concurrency)
         command = process_table(settings)[WORKER_PROCESS]
         replace = {
             command[command.index("-A") + 1]: app,

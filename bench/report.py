@@ -136,8 +136,10 @@ def fairness_rows(r: Json) -> list[Row]:
     base = f"B alone @{r['rate_per_s']:g}/s"
     rows = [_row("fairness", "B send->inbox p99 ms, alone", quiet),
             _row("fairness", "B sends, alone", r["quiet"]["n"])]
-    for key, label in (("live", "live, through the API"), ("shared", "backlog, shared queue"),
-                       ("lane", "backlog, A on a lane")):
+    lanes = [("lane", f"backlog, A on a lane ({r['lane_processes']} processes)"),
+             ("lane_one", "backlog, A on a lane (1 process)")]
+    for key, label in [("live", "live, through the API"), ("shared", "backlog, shared queue"),
+                       *lanes]:
         f = r[key]
         rows += [
             _row("fairness", f"B p99 ms during A's {r['flood']:,} flood, {label}",

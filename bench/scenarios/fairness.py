@@ -12,7 +12,9 @@ of inbox messages as fast as it can (closed loop) while B goes on, three ways:
   served B all along. B's p99 over what B sent during A's drain (the move to
   A's last delivery): what a backlog costs another project.
 - lane: A is on a lane of its own, its worker started only after A's flood is
-  admitted; B's worker runs all along.
+  admitted; B's worker runs all along. Two ways, flood by flood in turn: the
+  lane worker as ``courier up --lane`` starts it (the processes the
+  transport declares), and with one process (``--concurrency 1``).
 
 Each way, B's figure counts what B sent during A's drains and nothing after; a
 drain ends once A's last message is delivered and indexed for search (the
@@ -52,6 +54,7 @@ from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wa
 from messaging.client import CourierClient
 from messaging.searchtext import EVERY
 from messaging.store import keys
+from workers import transports
 
 LANE = "bulk"
 PARKED = "parked"  # a lane no worker serves: A's flood waits there
@@ -225,22 +228,36 @@ def _flood(ctx: Context, c: Cluster, url: str, a: Population, b: Population, wha
                  round(flood["a"].per_s, 1))
 
 
-def _floods(ctx: Context, b_sends: int, what: str, one: Callable[[], Flood],
-            store_log: Path) -> dict[str, Any]:
-    """Floods of A's (``one`` runs the next) until B sent ``b_sends`` during A's drains.
+def _floods(ctx: Context, b_sends: int, cases: dict[str, Callable[[], Flood]],
+            store_log: Path) -> dict[str, dict[str, Any]]:
+    """Floods of A's, the cases taking turns flood by flood (``cases[what]`` runs
+    that case's next one), until B sent ``b_sends`` during each case's drains.
 
-    Each flood is a new project A of its own; at most ``fairness_floods`` of them.
+    Each flood is a new project A of its own; at most ``fairness_floods`` per case.
+    Taking turns, the cases share the store's growth over the run alike.
     """
-    floods = [one()]
-    during = floods[0].during()
-    while len(during) < b_sends and len(floods) < ctx.sizes.fairness_floods:
-        ctx.say(f"fairness: {what}: B sent {len(during)} during A's drains, "
-                f"{b_sends} wanted: A floods again")
-        floods.append(one())
-        during += floods[-1].during()
+    floods: dict[str, list[Flood]] = {what: [] for what in cases}
+
+    def sent(what: str) -> int:
+        return sum(len(f.during()) for f in floods[what])
+
+    while todo := [what for what, done in floods.items()
+                   if not done or (sent(what) < b_sends
+                                   and len(done) < ctx.sizes.fairness_floods)]:
+        for what in todo:
+            if floods[what]:
+                ctx.say(f"fairness: {what}: B sent {sent(what)} during A's drains, "
+                        f"{b_sends} wanted: A floods again")
+            floods[what].append(cases[what]())
+    windows = rewrites(store_log)
+    return {what: _summary(what, done, windows) for what, done in floods.items()}
+
+
+def _summary(what: str, floods: list[Flood], windows: Sequence[Window]) -> dict[str, Any]:
+    """B's latencies over one case's floods, and A's drains."""
+    during = [ms for f in floods for ms in f.during()]
     if not during:
         raise BenchError(f"{what}: B sent nothing during A's drain")
-    windows = rewrites(store_log)
     segments: dict[str, list[float]] = {}
     worst: list[dict[str, Any]] = []
     clear: list[float] = []
@@ -285,7 +302,7 @@ def run(ctx: Context) -> dict[str, Any]:
             return _flood(ctx, c, url, a, b, "live")
 
         ctx.say(f"fairness: A floods {s.fairness_flood:,} through the API, B trickles")
-        live = _floods(ctx, wanted, "live", live_flood, c.store.log_path)
+        live = _floods(ctx, wanted, {"live": live_flood}, c.store.log_path)["live"]
 
         with CourierClient(url, c.operator_token) as op:
             def shared_flood() -> Flood:
@@ -295,21 +312,27 @@ def run(ctx: Context) -> dict[str, Any]:
                               lambda: op.set_lane(a.project_id, None))
 
             ctx.say(f"fairness: A's {s.fairness_flood:,} wait, then join the shared queue")
-            shared = _floods(ctx, wanted, "shared", shared_flood, c.store.log_path)
+            shared = _floods(ctx, wanted, {"shared": shared_flood},
+                             c.store.log_path)["shared"]
             lane_workers: list[Proc] = []
 
-            def lane_flood() -> Flood:
+            def lane_flood(what: str, processes: int | None) -> Flood:
                 for worker in lane_workers:  # the last flood's: A's backlog waits again
                     c.stop(worker)
                 lane_workers.clear()
                 a = populate(url, c.operator_token, ring())
                 op.set_lane(a.project_id, LANE)
-                return _flood(ctx, c, url, a, b, "lane", lambda: lane_workers.append(
-                    c.start_worker(queues=f"deliver.inbox.{LANE}")))
+                return _flood(ctx, c, url, a, b, what, lambda: lane_workers.append(
+                    c.start_worker(queues=f"deliver.inbox.{LANE}", concurrency=processes)))
 
-            ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, "
-                    "then its own worker")
-            laned = _floods(ctx, wanted, "lane", lane_flood, c.store.log_path)
+            declared = transports.installed()["inbox"].worker_concurrency
+            one = "lane, one process"
+            ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, then its own "
+                    f"worker: {declared} processes (as the transport declares) and one, "
+                    "flood by flood")
+            lanes = _floods(ctx, wanted, {"lane": lambda: lane_flood("lane", None),
+                                          one: lambda: lane_flood(one, 1)}, c.store.log_path)
+            laned, laned_one = lanes["lane"], lanes[one]
     return {
         "rate_per_s": s.fairness_rate_per_s,
         "flood": s.fairness_flood,
@@ -318,7 +341,10 @@ def run(ctx: Context) -> dict[str, Any]:
         "live": live,
         "shared": shared,
         "lane": laned,
+        "lane_processes": declared,
+        "lane_one": laned_one,
         "live_p99_ratio": round(ratio(live["b"]["p99_ms"], quiet["p99_ms"]), 3),
         "shared_p99_ratio": round(ratio(shared["b"]["p99_ms"], quiet["p99_ms"]), 3),
         "lane_p99_ratio": round(ratio(laned["b"]["p99_ms"], quiet["p99_ms"]), 3),
+        "lane_one_p99_ratio": round(ratio(laned_one["b"]["p99_ms"], quiet["p99_ms"]), 3),
     }
