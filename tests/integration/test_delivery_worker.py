@@ -363,6 +363,11 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
     # A alone is served whole batches, a step at a time. B's messages, sent
     # at moments spread over A's drain, each wait for the steps under way (one
     # per worker process), never for the rest of the batches they belong to.
+    # Counted in A's deliveries: a step is a tenth of a batch (10), and while
+    # B's ticket travels from the API to a worker, A's steps go on (more of
+    # them on a loaded machine: 50 with another test file running beside it).
+    # Waiting for the rest of a batch (100) instead, the worst of eight would
+    # be about 140, and under 70 about once in a hundred runs.
     with open_project(own_stack) as a, open_project(own_stack) as b:
         a1, _ = a.agent("A1"), a.agent("A2")
         b1, _ = b.agent("B1"), b.agent("B2")
@@ -388,7 +393,7 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
         assert max(a_done) > max(int(done) for _, done in b_times), "A's drain ended first"
         between = [sum(1 for t in a_done if int(admitted) < t < int(done))
                    for admitted, done in b_times]
-        assert max(between) <= 40, f"A's deliveries between B's admission and its: {between}"
+        assert max(between) <= 70, f"A's deliveries between B's admission and its: {between}"
 
 
 def test_a_ticket_whose_turn_empties_a_project_goes_on_to_the_next(own_stack: Stack):
