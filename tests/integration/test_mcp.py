@@ -2,7 +2,7 @@
 
 Each tool returns its HTTP twin's JSON; a refusal is a tool error carrying the
 API's error object; the endpoint takes agent tokens only. The last test is the
-README's walkthrough: two agents wired only through MCP hand work to each
+walkthrough in docs/mcp.md: two agents wired only through MCP hand work to each
 other and wait for each other's idle notice.
 """
 
