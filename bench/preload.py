@@ -32,8 +32,8 @@ from messaging.store.scripts import Scripts
 from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
 from messaging.timefmt import now_us
+from messaging.transports.inbox import InboxTransport
 from workers.dispatch import Dispatcher
-from workers.transports.inbox import InboxTransport
 
 CHUNK = 1_000  # messages admitted down one pipeline, then delivered
 DELIVER_BATCH = 100  # deliveries per lease and inbox script (as one task carries)

@@ -35,8 +35,8 @@ def _freeze_loaded(**_: Any) -> None:
 
     Once before the pool forks (its processes inherit it, and their collections
     skip it) and again once the worker is ready. Without it a full collection
-    in the worker's main process took about 110 ms under load on a 2-core
-    machine (under 8 ms with it), and tickets waited meanwhile.
+    in the worker's main process walks everything loaded at start, and tickets
+    wait meanwhile.
     """
     gc.collect()
     gc.freeze()

@@ -23,11 +23,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from messaging import transports
 from messaging.config import Settings
 from messaging.service.views import message_view
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
-from workers import transports
-from workers.transports.base import Delivery, Outcome, OutcomeKind, Transport
+from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 
 log = logging.getLogger(__name__)
 

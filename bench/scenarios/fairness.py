@@ -51,10 +51,10 @@ from bench.population import Population, populate, ring, ring_sends
 from bench.procs import BenchError, Cluster, Proc
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
+from messaging import transports
 from messaging.client import CourierClient
 from messaging.searchtext import EVERY
 from messaging.store import keys
-from workers import transports
 
 LANE = "bulk"
 PARKED = "parked"  # a lane no worker serves: A's flood waits there

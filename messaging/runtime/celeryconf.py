@@ -2,7 +2,7 @@
 
 Kept here, not in ``workers``, because the API publishes tasks by name and
 must not import worker code. Queues and batch sizes come from the installed
-transports' declarations (``workers.transports``), read without starting them.
+transports' declarations (``messaging.transports``), read without starting them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
+from messaging import transports
 from messaging.config import Settings
-from workers import transports
 
 DELIVER_TASK = "courier.deliver"
 SWEEP_TASK = "courier.sweep"

@@ -23,11 +23,11 @@ import sys
 
 from pydantic import ValidationError
 
+from messaging import transports
 from messaging.config import get_settings
 from messaging.models import LaneIn
 from messaging.runtime import children
 from messaging.runtime.celeryconf import SWEEP_QUEUE
-from workers import transports
 
 CELERY_APP = "workers.app"
 LOG_LEVEL = "INFO"

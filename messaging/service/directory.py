@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from messaging import ids
+from messaging import ids, transports
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, AgentIn, PresenceIn, ProjectIn
@@ -14,7 +14,6 @@ from messaging.service.sending import Dispatcher
 from messaging.service.views import agent_row
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-from workers import transports
 
 Json = dict[str, Any]
 

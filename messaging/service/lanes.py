@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from messaging import transports
 from messaging.errors import CourierError, not_found
 from messaging.service.caller import Caller, CallerKind
 from messaging.store import keys
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
-from workers import transports
 
 Json = dict[str, Any]
 # Moves a project to a lane ("" for the shared queues) with its waiting

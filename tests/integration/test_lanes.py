@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from messaging import transports
 from messaging.client import CourierAPIError
 from tests.integration.conftest import Agent, Project
 from tests.stack import Proc, Stack, free_port, make_stack, wait_until
-from workers import transports
 
 LANE = "busy-1"
 

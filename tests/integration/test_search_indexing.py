@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from messaging import transports
 from messaging.client import CourierClient
 from messaging.runtime.celeryconf import delivery_queues
 from messaging.store import keys
@@ -21,7 +22,6 @@ from messaging.store.deliveries import DeliveryStore, now_ms
 from messaging.store.searchindex import index_queued, queue_for_index
 from tests.integration.conftest import Agent, Project
 from tests.stack import Stack, make_stack, wait_until
-from workers import transports
 from workers.indexer import index_pending
 
 LAG_MAX_S = 60.0

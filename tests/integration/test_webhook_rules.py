@@ -13,15 +13,15 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from messaging import transports
 from messaging.client import CourierAPIError
 from messaging.config import Settings
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, Leased
+from messaging.transports.base import Delivery, OutcomeKind
+from messaging.transports.webhook import WebhookTransport
 from tests.receiver import Receiver
 from tests.stack import Stack, make_stack, wait_until
-from workers import transports
-from workers.transports.base import Delivery, OutcomeKind
-from workers.transports.webhook import WebhookTransport
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from messaging import transports
 from messaging.config import Settings
 from messaging.runtime import procfile, workerpool
 from messaging.runtime.supervisor import child_env, process_table
-from workers import transports
 
 ROOT = Path(__file__).resolve().parents[2]
 

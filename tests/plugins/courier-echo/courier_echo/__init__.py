@@ -13,7 +13,7 @@ from typing import ClassVar, Literal, get_args
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workers.transports.base import (
+from messaging.transports.base import (
     Delivery,
     Outcome,
     OutcomeKind,

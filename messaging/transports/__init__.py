@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid
-from workers.transports.base import Transport, TransportSettings
+from messaging.transports.base import Transport, TransportSettings
 
 ENTRY_POINT_GROUP = "courier.transports"
 

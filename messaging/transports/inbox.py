@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from messaging.config import Settings
 from messaging.store.deliveries import DeliveryStore
-from workers.transports.base import Delivery, Outcome, OutcomeKind, Transport
+from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 
 LEASE_LOST = "the lease was lost before the inbox put: another worker owns this delivery"
 

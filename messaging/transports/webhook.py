@@ -26,8 +26,8 @@ import httpx
 from pydantic import Field, ValidationInfo, field_validator
 
 from messaging.config import Settings
-from workers.transports import netrules
-from workers.transports.base import (
+from messaging.transports import netrules
+from messaging.transports.base import (
     Delivery,
     Outcome,
     OutcomeKind,
