@@ -37,6 +37,7 @@ def run_quick(results_dir: Path) -> tuple[int, str]:
     return proc.returncode, err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(QUICK_RUN_TIMEOUT_S + STOP_GRACE_S + 30)
 def test_quick_run_exits_0_and_writes_every_scenario(tmp_path: Path) -> None:
     code, err = run_quick(tmp_path)

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 QUICK_RUN_TIMEOUT_S = 240
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(QUICK_RUN_TIMEOUT_S + 30)
 def test_quick_soak_reports_slopes_and_keeps_the_store_bounded(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "bench.soak", "--quick", "--results-dir",

@@ -46,6 +46,7 @@ def _tokens(stack: Stack) -> dict[str, str]:
     return {"operator": stack.operator_token, "project": p["token"], "agent": agent["token"]}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["operator", "project", "agent"])
 def test_the_schema_fuzzed_finds_no_server_error(fuzzed: Stack, kind: str, tmp_path: Path):

@@ -21,7 +21,7 @@ import pytest
 
 from tests.stack import ROOT, free_port, wait_until
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.packaging, pytest.mark.slow, pytest.mark.timeout(900)]
 PIP_TIMEOUT_S = 600
 
 

@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from messaging.client import CourierAPIError, CourierClient
@@ -19,6 +20,8 @@ from tests.stack import Stack, make_stack, wait_until
 
 REFUSED = (503, "STORE_UNAVAILABLE", False)
 PROJECT_TRIES = 30  # projects made until one lands on another node than the first
+
+pytestmark = pytest.mark.slow
 
 
 def node_of(stack: Stack, project: Project) -> ClusterNode:
