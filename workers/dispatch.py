@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from messaging import transports
 from messaging.config import Settings
+from messaging.errors import from_validation
 from messaging.service.views import message_view
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
@@ -160,11 +161,8 @@ class Dispatcher:
             try:
                 out.append(self._delivery(transport, project_id, lease, record, agent))
             except ValidationError as e:
-                first = e.errors(include_url=False, include_input=False)[0]
-                field = ".".join(str(part) for part in first["loc"])
-                message = first["msg"].removeprefix("Value error, ")
-                out.append(Outcome(OutcomeKind.FAILED,
-                                   f"not sent: transport.{field}: {message}"))
+                refusal = from_validation(e, "transport.")
+                out.append(Outcome(OutcomeKind.FAILED, f"not sent: {refusal.message}"))
             except Exception as e:  # the worker's own trouble: nothing was sent
                 out.append(Outcome(OutcomeKind.FAILED, f"not sent: {_error(e)}"))
         return out

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from messaging.config import Settings, get_settings
-from messaging.errors import CourierError, invalid
+from messaging.errors import from_validation, invalid
 from messaging.transports.base import Transport, TransportSettings
 
 ENTRY_POINT_GROUP = "courier.transports"
@@ -76,12 +76,5 @@ def validate(raw: dict[str, Any], settings: Settings) -> dict[str, Any]:
     try:
         parsed = parse(kind, raw, settings)
     except ValidationError as e:
-        raise _named(e) from None
+        raise from_validation(e, "transport.") from None
     return {"kind": kind, **parsed.model_dump(mode="json", exclude_none=True)}
-
-
-def _named(error: ValidationError) -> CourierError:
-    first = error.errors(include_url=False, include_input=False)[0]
-    loc = ".".join(str(part) for part in first["loc"])
-    message = first["msg"].removeprefix("Value error, ")
-    return invalid(f"transport.{loc}" if loc else "transport", message)

@@ -2,49 +2,101 @@
 
 from __future__ import annotations
 
+import pickle
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from messaging.errors import (
     RECIPIENT_REASON_ORDER,
     STATUS_BY_CODE,
+    Conflict,
     CourierError,
+    Invalid,
+    NotFound,
+    RateLimited,
+    Unavailable,
+    from_validation,
     invalid,
     not_found,
     store_unavailable,
 )
 
-# The error codes docs/http-api.md names, with their statuses.
-API_MD_CODES = {
-    "UNAUTHENTICATED": 401,
-    "FORBIDDEN": 403,
-    "SENDER_MISMATCH": 403,
-    "PROJECT_EXISTS": 409,
-    "IDEMPOTENCY_KEY_CONFLICT": 409,
-    "IDEMPOTENCY_KEY_IN_USE": 409,
-    "BODY_TOO_LARGE": 413,
-    "INVALID_ARGUMENT": 422,
-    "RECIPIENT_NOT_FOUND": 422,
-    "RECIPIENT_RETIRED": 422,
-    "RECIPIENT_CLOSED": 422,
-    "BOUND_SOURCE_LOST": 422,
-    "QUIET_NOT_ALLOWED": 422,
-    "RESOURCE_NOTICE_INVALID": 422,
-    "RATE_LIMITED": 429,
-    "STORE_UNAVAILABLE": 503,
-}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _documented_codes() -> dict[str, int]:
+    """The status table of docs/http-api.md: every code it names, with its status."""
+    codes: dict[str, int] = {}
+    for line in (ROOT / "docs" / "http-api.md").read_text().splitlines():
+        row = re.match(r"^\| (\d{3}) \| (.*) \|$", line)
+        if row:
+            for code in re.findall(r"`([A-Z_]+)`", row.group(2)):
+                codes[code] = int(row.group(1))
+    return codes
+
+
+DOCUMENTED = _documented_codes()
 
 details = st.dictionaries(st.text(max_size=8), st.one_of(st.text(max_size=8), st.integers()),
                           max_size=3)
 
 
-@pytest.mark.parametrize(("code", "status"), sorted(API_MD_CODES.items()))
-def test_every_code_of_api_md_has_its_status(code: str, status: int):
-    assert STATUS_BY_CODE[code] == status
-    assert CourierError(code, "m").status == status
+def test_the_documented_table_and_the_code_name_the_same_codes():
+    assert len(DOCUMENTED) > 10
+    assert DOCUMENTED == STATUS_BY_CODE
+
+
+@pytest.mark.parametrize("code", sorted(STATUS_BY_CODE))
+def test_each_code_makes_its_family_and_status(code: str):
+    error = CourierError(code, "m")
+    assert error.status == STATUS_BY_CODE[code]
+    assert type(error) is not CourierError and isinstance(error, CourierError)
+    assert {type(CourierError(c, "m")) for c, s in STATUS_BY_CODE.items()
+            if s == error.status} == {type(error)}
+
+
+def test_a_family_catches_every_code_of_its_status():
+    with pytest.raises(Conflict):
+        raise CourierError("DELIVERY_NOT_HELD", "m")
+    with pytest.raises(Invalid):
+        raise invalid("to", "bad")
+    assert isinstance(not_found("message"), NotFound)
+    assert isinstance(store_unavailable(), Unavailable)
+
+
+def test_a_family_refuses_a_code_of_another():
+    with pytest.raises(ValueError):
+        NotFound("INVALID_ARGUMENT", "m")
+
+
+def test_an_error_survives_pickling_as_itself():
+    error = CourierError("RATE_LIMITED", "slow down", {"retry_after_s": 1},
+                         headers={"Retry-After": "1"})
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is RateLimited and again.body() == error.body()
+    assert again.headers == {"Retry-After": "1"}
+
+
+class _Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    retries: int
+
+
+def test_validation_errors_come_in_as_one_invalid_argument_naming_the_first_field():
+    with pytest.raises(ValidationError) as caught:
+        _Limits.model_validate({"url": "x", "retries": "many"})
+    error = from_validation(caught.value, "transport.")
+    assert (error.code, error.status) == ("INVALID_ARGUMENT", 422)
+    assert error.details["field"] == "transport.retries"
+    assert error.message.startswith("transport.retries: ")
+    assert [row["field"] for row in error.details["errors"]] == ["transport.retries"]
 
 
 @pytest.mark.parametrize("code", sorted(STATUS_BY_CODE))
