@@ -149,16 +149,12 @@ async def set_status(
         CourierError: FORBIDDEN, or NOT_FOUND for an agent not in the project.
     """
     caller.require_project(project_id)
-    agent = await store.get_agent(project_id, agent_id)
-    if agent is None:
-        raise not_found("agent")
-    if agent["status"] == "closed" and status == "retired":
-        return agent_row(agent)  # closed is final; retiring it changes nothing
-    updated = await store.update_agent(project_id, agent_id, {"status": status}, None)
+    # Retired or closed, the agent acts no more: its token stops working at once,
+    # in the same store step as the status, so no rotation can slip in between.
+    # The project's human is no agent of the list: it is never retired, closed or given a token.
+    updated = None if agent_id == HUMAN else await store.end_agent(project_id, agent_id, status)
     if updated is None:
         raise not_found("agent")
-    # Retired or closed, the agent acts no more: its token stops working at once.
-    await store.revoke_agent_token(project_id, agent_id)
     return agent_row(updated)
 
 
@@ -170,13 +166,13 @@ async def rotate_token(store: Store, caller: Caller, project_id: str, agent_id: 
             that is retired or closed (it has no token any more).
     """
     caller.require_project(project_id)
-    agent = await store.get_agent(project_id, agent_id)
+    token = ids.new_token("cat")
+    outcome, agent = ("missing", None) if agent_id == HUMAN else await store.rotate_agent_token(
+        project_id, agent_id, ids.token_hash(token))
     if agent is None:
         raise not_found("agent")
-    if agent["status"] != "active":
+    if outcome != "ok":
         raise invalid("agent_id", f"the agent is {agent['status']}: it takes no token")
-    token = ids.new_token("cat")
-    await store.replace_agent_token(project_id, agent_id, ids.token_hash(token))
     return {**agent_row(agent), "project_id": project_id, "token": token}
 
 

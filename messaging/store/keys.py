@@ -24,7 +24,9 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :names                                 hash   name -> JSON list of agent ids      no TTL
     :refs                                  hash   ref -> agent_id                     no TTL
     :agent_token:<agent_id>                string the sha256 of the agent's live token
-                                                  (gone once retired or closed)       no TTL
+                                                  (gone once retired or closed); an
+                                                  agent's courier:token record admits
+                                                  only while this points at it         no TTL
     :msg:<message_id>                      string message JSON (immutable)            no TTL
     :thread:<thread_id>                    zset   message_id by sequence              no TTL
     :dlv:<delivery_id>                     hash   one delivery (schema.py)            no TTL

@@ -46,6 +46,7 @@ class Scripts:
         self.admit_message = load("admit_message")
         self.register_agent = load("register_agent")
         self.update_agent = load("update_agent")
+        self.change_token = load("change_token")
         self.lease_deliveries = load("lease_deliveries")
         self.put_inbox = load("put_inbox")
         self.make_ready = load("make_ready")

@@ -79,36 +79,67 @@ class Store:
     async def token_scope(self, token_hash: str) -> Json:
         """The scope of a token ({} when unknown or revoked).
 
-        A known scope is cached for ``TOKEN_CACHE_S`` only: a token revoked by
-        any API process is refused by every other one within that time (and at
-        once by the process that revoked it).
+        An agent's token admits only while it is the agent's live token (the
+        one ``change_token.lua`` swaps): a scope record left behind by a change
+        that stopped halfway admits no one. A known scope is cached for
+        ``TOKEN_CACHE_S`` only: a token revoked by any API process is refused by
+        every other one within that time (and at once by the process that revoked it).
         """
         now = time.monotonic()
         cached = self.scopes.get(token_hash)
         if cached is not None and now - cached[0] < TOKEN_CACHE_S:
             return cached[1]
         scope = _hash(await self.client.hgetall(keys.token(token_hash)))
+        if scope.get("kind") == "agent":
+            live = await self.client.get(keys.agent_token(scope["project_id"], scope["agent_id"]))
+            if live is None or str(live) != token_hash:
+                scope = {}
         if scope:
             self.scopes.put(token_hash, (now, scope))
         else:
             self.scopes.drop(token_hash)
         return scope
 
-    async def revoke_agent_token(self, project_id: str, agent_id: str) -> None:
-        """Revoke the agent's live token (nothing to do when it has none)."""
-        old = await self.client.getdel(keys.agent_token(project_id, agent_id))
-        if old:
-            await self.client.delete(keys.token(str(old)))
-            self.scopes.drop(str(old))
+    async def _forget_token(self, token_hash: str) -> None:
+        """Remove a token's scope record (its agent no longer points at it)."""
+        if token_hash:
+            await self.client.delete(keys.token(token_hash))
+            self.scopes.drop(token_hash)
 
-    async def replace_agent_token(self, project_id: str, agent_id: str, token_hash: str) -> None:
-        """Give the agent a new token; the old one is revoked."""
+    async def _change_token(self, project_id: str, agent_id: str, change: str,
+                            token_hash: str = "") -> tuple[str, Json | None]:
+        """Run ``change_token.lua``: (outcome, the agent after it or None)."""
+        outcome, old, raw = await self.scripts.change_token(
+            keys=[keys.agents(project_id), keys.agent_token(project_id, agent_id)],
+            args=[agent_id, change, token_hash])
+        if str(old) != token_hash:
+            await self._forget_token(str(old))
+        return str(outcome), json.loads(raw) if raw else None
+
+    async def rotate_agent_token(self, project_id: str, agent_id: str,
+                                 token_hash: str) -> tuple[str, Json | None]:
+        """Give an active agent a new token and revoke the old one, in one step.
+
+        Returns ("ok", agent), ("inactive", agent) for a retired or closed agent
+        (nothing issued), or ("missing", None).
+        """
+        # The scope record first: the swap makes it live, or it is taken back.
         await self.client.hset(keys.token(token_hash), mapping={
             "kind": "agent", "project_id": project_id, "agent_id": agent_id})
-        old = await self.client.set(keys.agent_token(project_id, agent_id), token_hash, get=True)
-        if old and str(old) != token_hash:
-            await self.client.delete(keys.token(str(old)))
-            self.scopes.drop(str(old))
+        try:
+            outcome, agent = await self._change_token(project_id, agent_id, "rotate", token_hash)
+        except BaseException:
+            await self._forget_token(token_hash)
+            raise
+        if outcome != "ok":
+            await self._forget_token(token_hash)
+        return outcome, agent
+
+    async def end_agent(self, project_id: str, agent_id: str, status: str) -> Json | None:
+        """Retire or close an agent and revoke its token in one step (a closed agent
+        stays closed); the agent after it, or None when missing."""
+        _, agent = await self._change_token(project_id, agent_id, status)
+        return agent
 
     async def identity(self, project_id: str, agent_id: str) -> Json | None:
         """An agent's id, name, ref, bound source and project key (cached), or None."""

@@ -114,3 +114,13 @@ def test_an_open_stream_ends_once_its_token_stops_admitting(
             "to": [bob.id], "subject": f"After {action}", "body_md": "x"})
         assert sent.status_code == sent_status, sent.text
         assert _events_until_end(lines, within_s) == []
+
+
+@pytest.mark.parametrize("action", ["token", "retire", "close"])
+def test_the_projects_human_gets_no_token_and_never_ends(project: Project, action: str):
+    got = project.admin.http.post(f"/v1/projects/{project.project_id}/agents/human/{action}")
+    assert got.status_code == 404, got.text
+    bob = project.agent("Bob")
+    sent = bob.api.http.post("/v1/messages", json={"to": ["human"], "subject": "s",
+                                                    "body_md": "x"})
+    assert sent.status_code == 201, sent.text
