@@ -19,6 +19,8 @@ from pydantic import (
     field_validator,
 )
 
+from messaging import lookalikes
+
 NAME_MAX = 64
 RECIPIENTS_MAX = 100
 SUBJECT_MAX = 200
@@ -86,10 +88,17 @@ def _one_line(value: str) -> str:
     return value
 
 
+def normal_name(value: str) -> str:
+    """A name as Courier stores and compares it: NFKC (``Ａlice`` is ``Alice``)."""
+    return unicodedata.normalize("NFKC", value)
+
+
 def check_name(value: str) -> str:
-    """A name's form: one line, no brackets, no control or bidi characters, no outer spaces."""
+    """A name's form: one line, no brackets, no control, bidi or format characters,
+    no outer spaces."""
     _one_line(value)
     _visible_text(value)
+    _no_format_characters(value)
     if "[" in value or "]" in value:
         raise ValueError("must not contain [ or ]")
     if value != value.strip():
@@ -116,21 +125,36 @@ def _visible_text(value: str) -> str:
     return value
 
 
+def _no_format_characters(value: str) -> str:
+    # Zero-width and other format characters (Cf) make two names look the same.
+    for ch in value:
+        if unicodedata.category(ch) == "Cf":
+            raise ValueError(f"must not contain invisible format characters (U+{ord(ch):04X})")
+    return value
+
+
 def check_agent_name(value: str) -> str:
-    """A name an agent may take: a valid name, not reserved, not like an agent id."""
+    """A name an agent may take, NFKC-normalized: a valid name, not reserved nor one
+    that reads as a reserved name, not like an agent id."""
+    value = normal_name(value)
     if not 1 <= len(value) <= NAME_MAX:
         raise ValueError(f"must be 1-{NAME_MAX} characters")
     check_name(value)
     if value.startswith(AGENT_ID_PREFIX):
         raise ValueError(f"must not start with {AGENT_ID_PREFIX} (agent ids do)")
+    reserved = ", ".join(sorted(RESERVED_NAMES))
     if value.lower() in RESERVED_NAMES:
-        raise ValueError(f"{value} is reserved ({', '.join(sorted(RESERVED_NAMES))})")
+        raise ValueError(f"{value} is reserved ({reserved})")
+    like = lookalikes.reads_as(value, sorted(RESERVED_NAMES))
+    if like is not None:
+        raise ValueError(f"reads as the reserved name {like} ({reserved})")
     return value
 
 
 def check_recipient(value: str) -> str:
-    """A recipient: ``Name``, ``Name [ref]`` or an agent id."""
+    """A recipient: ``Name``, ``Name [ref]`` or an agent id; names NFKC-normalized."""
     _one_line(value)
+    value = normal_name(value)
     if value.startswith("agt_"):
         return value
     match = LABEL_RE.match(value)
@@ -267,7 +291,7 @@ class SendFields(Model):
     notification_policy: Annotated[NotificationPolicy, ByValue] | None = None
     idempotency_key: IdempotencyKey | None = None
     project_key: str | None = None
-    sender_name: str | None = None
+    sender_name: Annotated[str, AfterValidator(normal_name)] | None = None
     summary: str | None = None
     probe: bool = False
 
@@ -344,7 +368,8 @@ class SearchQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     q: Annotated[str, StringConstraints(max_length=SEARCH_Q_MAX)] = ""
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
-    sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)] | None = Field(
+    sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
+                      AfterValidator(normal_name)] | None = Field(
         None, alias="from")
     since: AwareDatetime | None = None
     until: AwareDatetime | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from messaging.errors import invalid, not_found
-from messaging.models import NameAllowIn, check_agent_name
+from messaging.models import NameAllowIn, check_agent_name, normal_name
 from messaging.service.caller import Caller
 from messaging.service.directory import require_project
 from messaging.store.store import Store
@@ -57,6 +57,7 @@ async def end(store: Store, caller: Caller, project_id: str, name: str) -> Json:
     """
     caller.require_project(project_id)
     await require_project(store, project_id)
+    name = normal_name(name)
     if await store.names.end(project_id, name, now_us()) != "ok":
         raise not_found("authorized name")
     return {"name": name, "deleted": True}

@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from messaging import ids
+from messaging import ids, lookalikes
 from messaging.models import (
     BIDI_CONTROLS,
     LINE_BREAKS,
@@ -26,6 +26,7 @@ from messaging.models import (
     SUMMARY_MAX,
     AgentIn,
     SendIn,
+    normal_name,
 )
 
 BREAKS = "".join(sorted(LINE_BREAKS))
@@ -33,9 +34,11 @@ IMPORTANCES = ("low", "normal", "high", "urgent")
 
 # Text a client can send: UTF-8 has no lone surrogates.
 name_char = st.characters(codec="utf-8", exclude_characters="[]" + BREAKS + "".join(BIDI_CONTROLS),
-                          exclude_categories=("Cc", "Cs"))
+                          exclude_categories=("Cc", "Cs", "Cf"))
+# Valid names as stored: NFKC already, reading as no reserved name.
 valid_names = st.text(name_char, min_size=1, max_size=NAME_MAX).filter(
-    lambda s: s == s.strip() and s.lower() not in RESERVED_NAMES and not s.startswith("agt_"))
+    lambda s: s == s.strip() and s == normal_name(s) and not s.startswith("agt_")
+    and lookalikes.reads_as(s, RESERVED_NAMES) is None and s.lower() not in RESERVED_NAMES)
 half_names = st.text(name_char, min_size=1, max_size=NAME_MAX // 2 - 1).filter(
     lambda s: s == s.strip())
 refs = st.text("0123456789abcdef", min_size=6, max_size=6)
@@ -90,6 +93,42 @@ def test_a_name_with_a_control_or_bidi_character_is_refused(head: str, ch: str, 
 def test_a_reserved_name_is_refused_in_any_case(name: str, rnd: Any):
     mixed = "".join(c.upper() if rnd.random() < 0.5 else c for c in name)
     assert not accepts(AgentIn, agent(mixed))
+
+
+@given(half_names, st.characters(categories=("Cf",)), half_names)
+@example("human", "\u200b", "")
+@example("Al", "\u2060", "ice")
+@example("", "\ufeff", "Bob")
+def test_a_name_with_a_format_character_is_refused(head: str, ch: str, tail: str):
+    assert not accepts(AgentIn, agent(head + ch + tail))
+
+
+@pytest.mark.parametrize("name", [
+    "hum\u0430n",  # Cyrillic a
+    "\u0397UMAN",  # Greek capital eta
+    "\u041c\u0430in",  # Cyrillic capital em and a
+    "rnain",  # rn reads as m
+    "c\u043eurier",  # Cyrillic o
+    "\uff48\uff55\uff4d\uff41\uff4e",  # fullwidth, NFKC makes it human
+    "\U0001d525\U0001d532\U0001d52a\U0001d51e\U0001d52b",  # mathematical fraktur
+])
+def test_a_name_that_reads_as_a_reserved_name_is_refused(name: str):
+    with pytest.raises(ValidationError) as err:
+        parse(AgentIn, agent(name))
+    assert err.value.errors()[0]["loc"] == ("name",)
+
+
+@pytest.mark.parametrize(("given", "stored"), [
+    ("\uff21lice", "Alice"), ("\ufb01le", "file"), ("Zoe\u0308", "Zo\u00eb"),
+    ("Emile", "Emile"), ("mainframe", "mainframe"), ("Human Resources", "Human Resources")])
+def test_a_name_is_stored_nfkc_normalized(given: str, stored: str):
+    assert parse(AgentIn, agent(given)).name == stored
+
+
+@pytest.mark.parametrize(("given", "stored"), [
+    ("\uff21lice", "Alice"), ("\uff21lice [0a1b2c]", "Alice [0a1b2c]")])
+def test_a_recipient_name_is_nfkc_normalized(given: str, stored: str):
+    assert parse(SendIn, send(to=[given], cc=[given], bcc=[given])).to == [stored]
 
 
 @given(valid_names)
