@@ -9,7 +9,7 @@ from typing import Any
 
 from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
-from messaging.models import InboxQuery
+from messaging.models import HUMAN, InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
@@ -49,28 +49,63 @@ async def get_message(store: Store, caller: Caller, message_id: str) -> Json:
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
     if record is None:
-        raise await missing(store, project_id, message_id, "message")
+        raise await missing(store, caller, project_id, message_id, "message")
     view = visible(caller, record)
     if view is None:
         raise not_found("message")
     return view
 
 
+async def _thread_ids(store: Store, project_id: str, thread_id: str) -> list[str]:
+    """The ids that may be messages of a thread, oldest first."""
+    mids = await store.thread_message_ids(project_id, thread_id)
+    if thread_id.startswith("msg_") and thread_id not in mids:
+        # A message that starts a thread is its first entry, kept only in itself.
+        mids.insert(0, thread_id)
+    return mids
+
+
+def _in_thread(record: Json | None, thread_id: str) -> bool:
+    return record is not None and unpack_message(record["json"])["thread_id"] == thread_id
+
+
 async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
     """The thread's messages the caller may see, oldest first."""
     if caller.project_id is None:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
-    mids = await store.thread_message_ids(caller.project_id, thread_id)
-    if thread_id.startswith("msg_") and thread_id not in mids:
-        # A message that starts a thread is its first entry, kept only in itself.
-        mids.insert(0, thread_id)
-    records = await store.get_messages(caller.project_id, mids)
+    records = await store.get_messages(
+        caller.project_id, await _thread_ids(store, caller.project_id, thread_id))
     views = [v for r in records
-             if r and unpack_message(r["json"])["thread_id"] == thread_id
-             and (v := visible(caller, r)) is not None]
+             if r and _in_thread(r, thread_id) and (v := visible(caller, r)) is not None]
     if not views:
         raise not_found("thread")
     return {"thread_id": thread_id, "messages": views}
+
+
+# How many of a thread's messages one store read looks at for a participation check.
+THREAD_BATCH = 200
+
+
+async def takes_part(store: Store, caller: Caller, thread_id: str) -> bool:
+    """True when the agent may post into ``thread_id``: it sent or may see a message
+    of the thread, or the thread has no message yet (the post starts it).
+
+    The project's human sees every thread of its project, so posts into any.
+    """
+    project_id, agent_id = caller.require_agent()
+    if agent_id == HUMAN:
+        return True
+    mids = await _thread_ids(store, project_id, thread_id)
+    found = False
+    # newest first: a thread's recent posters are the likely callers
+    for end in range(len(mids), 0, -THREAD_BATCH):
+        batch = mids[max(0, end - THREAD_BATCH):end]
+        for record in await store.get_messages(project_id, batch):
+            if record is not None and _in_thread(record, thread_id):
+                found = True
+                if visible(caller, record) is not None:
+                    return True
+    return not found
 
 
 # Inbox sequences are whole numbers a double holds exactly (the inbox's scores).
@@ -138,7 +173,7 @@ async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[
     record = await store.get_message(project_id, message_id) if ids.project_of(
         message_id) == project_id else None
     if record is None:
-        raise await missing(store, project_id, message_id, "message")
+        raise await missing(store, caller, project_id, message_id, "message")
     for did, aid in deliveries_of(record):
         if aid == agent_id and aid not in withheld_from(record):
             return project_id, did
@@ -150,10 +185,16 @@ async def mark(store: Store, caller: Caller, message_id: str, kind: str) -> Json
     project_id, did = await _own_delivery(store, caller, message_id)
     marked = await store.mark(project_id, did, kind, now_us())
     if not marked:  # removed by retention since it was read above
-        raise await missing(store, project_id, message_id, "message")
+        raise await missing(store, caller, project_id, message_id, "message")
     read_us, ack_us = marked
     return {"message_id": message_id, "delivery_id": did,
             "read_ts": rfc3339(read_us or None), "ack_ts": rfc3339(ack_us or None)}
+
+
+def _withheld(dlv: Json) -> bool:
+    """True for a held (or declined) delivery: its recipient learns of it only once
+    it is released."""
+    return dlv.get("held") == "1" or dlv.get("declined") == "1"
 
 
 def _may_read_delivery(caller: Caller, dlv: Json, sender_id: str) -> bool:
@@ -161,9 +202,7 @@ def _may_read_delivery(caller: Caller, dlv: Json, sender_id: str) -> bool:
         return True
     if caller.agent_id is not None and caller.agent_id == sender_id:
         return True
-    # a recipient learns of held (or declined) mail only once it is released
-    withheld = dlv.get("held") == "1" or dlv.get("declined") == "1"
-    return caller.agent_id == dlv["agent_id"] and not withheld
+    return caller.agent_id == dlv["agent_id"] and not _withheld(dlv)
 
 
 async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
@@ -171,7 +210,7 @@ async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
     project_id = _project_of(caller, delivery_id, "delivery")
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
-        raise await missing(store, project_id, delivery_id, "delivery")
+        raise await missing(store, caller, project_id, delivery_id, "delivery")
     record = await store.get_message(project_id, dlv["message_id"])
     sender_id = unpack_message(record["json"])["sender_id"] if record else ""
     if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sender_id):
@@ -184,7 +223,7 @@ async def message_deliveries(store: Store, caller: Caller, message_id: str) -> J
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
     if record is None:
-        raise await missing(store, project_id, message_id, "message")
+        raise await missing(store, caller, project_id, message_id, "message")
     sender_id = unpack_message(record["json"])["sender_id"]
     dids = [d for d, _ in deliveries_of(record)]
     dlvs = await store.get_deliveries(project_id, dids)
@@ -203,8 +242,8 @@ async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
     (dlv,) = await store.get_deliveries(project_id, [delivery_id]) if ids.project_of(
         delivery_id) == project_id else (None,)
     if dlv is None:
-        raise await missing(store, project_id, delivery_id, "delivery")
-    if dlv["agent_id"] != agent_id:
+        raise await missing(store, caller, project_id, delivery_id, "delivery")
+    if dlv["agent_id"] != agent_id or _withheld(dlv):
         raise not_found("delivery")
     await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),
                         confirmed=True)

@@ -22,6 +22,7 @@ from messaging import ids
 from messaging.config import get_settings
 from messaging.errors import CourierError, not_found
 from messaging.service import archive
+from messaging.service.caller import Caller
 from messaging.service.views import delivery_view, message_view
 from messaging.store.retention import (
     RetentionStore,
@@ -29,6 +30,7 @@ from messaging.store.retention import (
     archived_buckets,
     final,
     newest_us,
+    read_tombstone,
 )
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
@@ -111,14 +113,19 @@ def sweep_project(rstore: RetentionStore, root: Path, project_id: str, retention
     return Round(removed, looked)
 
 
-async def missing(store: Store, project_id: str, some_id: str, what: str) -> CourierError:
-    """The error for an id not in the store: 410 ARCHIVED when retention removed it."""
+async def missing(store: Store, caller: Caller, project_id: str, some_id: str,
+                  what: str) -> CourierError:
+    """The error for an id not in the store: 410 ARCHIVED when retention removed it
+    and the caller could see it (the project's token, its sender, a recipient it
+    was not withheld from); 404 to everyone else, as for an id that never was."""
     retention_s = get_settings().retention_s
     if retention_s > 0 and ids.project_of(some_id) == project_id:
-        day = await store.archived_day(project_id, some_id,
-                                       archived_buckets(time.time(), retention_s))
-        if day is not None:
-            return CourierError(
-                "ARCHIVED", f"this {what} was archived and removed from the store",
-                {"archive_day": day, "project_id": project_id})
+        found = await store.archived(project_id, some_id,
+                                     archived_buckets(time.time(), retention_s))
+        if found is not None:
+            day, viewers = read_tombstone(found)
+            if caller.sees_project(project_id) or caller.agent_id in viewers:
+                return CourierError(
+                    "ARCHIVED", f"this {what} was archived and removed from the store",
+                    {"archive_day": day, "project_id": project_id})
     return not_found(what)

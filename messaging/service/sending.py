@@ -25,7 +25,8 @@ from messaging.models import (
     SendIn,
 )
 from messaging.service.caller import Caller
-from messaging.service.views import label, message_view
+from messaging.service.reading import takes_part
+from messaging.service.views import deliveries_of, label, message_view, withheld_from
 from messaging.store.schema import Target, pack_message, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -268,6 +269,9 @@ async def _admission(
     if sender is None:
         raise unauthenticated("unknown token")
     _check_sender(body, sender)
+    # Only a thread's participants post into it; an id no message has starts a thread.
+    if body.thread_id is not None and not await takes_part(store, caller, body.thread_id):
+        raise not_found("thread")
     req = _canonical(body)
     if in_reply_to is not None:
         req["in_reply_to"] = in_reply_to
@@ -403,7 +407,8 @@ async def _reply(
     if record is None:
         raise not_found("message")
     original = unpack_message(record["json"])
-    receivers = {a for _, a in json.loads(record["deliveries"])}
+    # a recipient the message is held from (or was declined by) knows nothing of it
+    receivers = {a for _, a in deliveries_of(record)} - withheld_from(record)
     if agent_id != original["sender_id"] and agent_id not in receivers:
         raise not_found("message")
     sender = await store.get_agent(project_id, original["sender_id"])

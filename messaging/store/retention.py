@@ -9,6 +9,7 @@ has passed the cutoff, so its cost follows what is due, never the history.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +58,30 @@ def newest_us(stored: Stored) -> int:
     for d in stored.deliveries:
         times += [int(v) for k, v in d.items() if k.endswith(US_SUFFIX) and str(v).isdigit()]
     return max(times)
+
+
+def tombstone(day: str, viewers: Iterable[str]) -> str:
+    """What the hash of removed ids keeps for one id: its archive day, then the
+    agents that could see it (the only agents told it was archived)."""
+    return " ".join([day, *sorted(set(viewers) - {""})])
+
+
+def read_tombstone(value: str) -> tuple[str, frozenset[str]]:
+    """The archive day and the agents that could see a removed id."""
+    day, *viewers = value.split(" ")
+    return day, frozenset(viewers)
+
+
+def _tombstones(stored: Stored, day: str) -> tuple[str, list[str]]:
+    """The tombstones of a message and of each of its deliveries: its sender sees
+    them all, each recipient its own unless the message was withheld from it
+    (declined: it never saw it)."""
+    record = stored.record or {}
+    sender = unpack_message(record["json"]).get("sender_id", "") if record else ""
+    withheld = set(json.loads(record.get("withheld") or "[]"))
+    seen_by = [a for _, a in stored.pairs if a not in withheld]
+    return (tombstone(day, [sender, *seen_by]),
+            [tombstone(day, [sender] + ([a] if a in seen_by else [])) for _, a in stored.pairs])
 
 
 def archived_ttl_s(retention_s: float) -> int:
@@ -150,7 +175,9 @@ class RetentionStore:
             for did, agent_id in stored.pairs:
                 script_keys += [keys.delivery(project_id, did), keys.inbox(project_id, agent_id)]
             script_keys += [keys.events(project_id, a) for a in streams]
-            layout.append([stored.message_id, day, len(stored.pairs), len(streams)])
+            message_tomb, delivery_tombs = _tombstones(stored, day)
+            layout.append([stored.message_id, message_tomb, len(stored.pairs), len(streams),
+                           delivery_tombs])
         args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
                 "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
         removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]

@@ -368,10 +368,10 @@ class Store:
             pipe.zadd(keys.ring(queue), {project_id: turn}, nx=True)
         await pipe.execute()
 
-    async def archived_day(self, project_id: str, some_id: str,
-                           buckets: list[str]) -> str | None:
-        """The archive day of a removed message or delivery, if one of ``buckets``
-        (hashes of removed ids) has it."""
+    async def archived(self, project_id: str, some_id: str,
+                       buckets: list[str]) -> str | None:
+        """The tombstone of a removed message or delivery (``retention.tombstone``),
+        if one of ``buckets`` (hashes of removed ids) has it."""
         pipe = self.client.pipeline(transaction=False)
         for bucket in buckets:
             pipe.hget(keys.archived(project_id, bucket), some_id)

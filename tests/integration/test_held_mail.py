@@ -166,3 +166,40 @@ def test_held_mail_is_not_redriven_but_released(project: Project):
     assert e.value.status == 409 and e.value.code == "DELIVERY_NOT_REDRIVABLE"
     assert e.value.details["reason"] == "held" and "release it" in str(e.value)
     assert alice.api.delivery(did)["held"] is True
+
+
+def test_a_held_recipient_finds_its_held_mail_on_no_route(project: Project):
+    alice, guarded = project.agent("Alice"), project.agent("Guarded", inbound="hold")
+    sent = alice.api.send("Guarded", "Secret plan", "x", topic="plans")
+    (obs,) = sent["delivery"]["observations"]
+    mid, did = sent["id"], obs["delivery_id"]
+    time.sleep(SETTLE_S)
+    invisible(guarded, mid, did)
+    http = guarded.api.http
+    routes = {
+        "observed": http.post(f"/v1/deliveries/{did}/observed"),
+        "delivery": http.get(f"/v1/deliveries/{did}"),
+        "deliveries": http.get(f"/v1/messages/{mid}/deliveries"),
+        "message": http.get(f"/v1/messages/{mid}"),
+        "thread": http.get(f"/v1/threads/{sent['thread_id']}"),
+        "read": http.post(f"/v1/messages/{mid}/read"),
+        "ack": http.post(f"/v1/messages/{mid}/ack"),
+        "reply": http.post(f"/v1/messages/{mid}/reply", json={"body_md": "got it"}),
+        "post in its thread": http.post("/v1/messages", json={
+            "to": ["Alice"], "subject": "About your plan", "body_md": "x",
+            "thread_id": sent["thread_id"]}),
+    }
+    statuses = {route: got.status_code for route, got in routes.items()}
+    assert statuses == dict.fromkeys(routes, 404), statuses
+    assert all("Secret plan" not in got.text for got in routes.values())
+    assert guarded.api.search("Secret")["messages"] == []
+    assert guarded.api.search(topic="plans")["messages"] == []
+    # nothing of it was observed or read on the recipient's side
+    view = alice.api.delivery(did)
+    assert view["held"] is True and view["observed_ts"] is None
+    assert "delivery_observed" not in view["stages"]
+    # released, every route shows it
+    settle(project, did, "release")
+    wait_until(lambda: guarded.api.inbox()["messages"], what="the released mail")
+    assert guarded.api.observed(did)["delivery_id"] == did
+    assert guarded.api.get_message(mid)["subject"] == "Secret plan"

@@ -325,6 +325,36 @@ def test_a_reply_keeps_the_thread_and_goes_to_the_original_sender(project: Proje
     assert [m["id"] for m in alice.api.inbox()["messages"]] == [reply["id"]]
 
 
+def _post_in(agent: Agent, thread_id: str, to: str = "Alice") -> int:
+    got = agent.api.http.post("/v1/messages", json={
+        "to": [to], "subject": "In the thread", "body_md": "x", "thread_id": thread_id})
+    return got.status_code
+
+
+def test_only_a_thread_s_participants_post_into_it(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    carol, dan = project.agent("Carol"), project.agent("Dan")
+    started = alice.api.send("Bob", "Plan", "x", bcc=["Dan"])
+    named = alice.api.send("Bob", "Named", "x", thread_id="plan-8")
+    for thread_id in (started["thread_id"], "plan-8"):
+        before = [m["id"] for m in alice.api.thread(thread_id)]
+        assert _post_in(carol, thread_id) == 404  # it learned the id, it takes no part
+        assert [m["id"] for m in alice.api.thread(thread_id)] == before
+        assert _post_in(bob, thread_id) == 201  # a recipient
+        assert _post_in(alice, thread_id, to="Bob") == 201  # the sender
+    assert _post_in(dan, started["thread_id"]) == 201  # a bcc recipient takes part too
+    assert _post_in(dan, "plan-8") == 404
+    # an id no message has starts a thread, whose participants then post into it
+    assert _post_in(carol, "carol-1") == 201
+    assert _post_in(alice, "carol-1", to="Bob") == 201  # Alice received Carol's message
+    assert _post_in(dan, "carol-1") == 404
+    assert named["thread_id"] == "plan-8"
+    # the project's human sees every thread of its project, and posts into any
+    human = project.admin.http.post(f"/v1/projects/{project.project_id}/messages", json={
+        "to": ["Alice"], "subject": "From the human", "body_md": "x", "thread_id": "plan-8"})
+    assert human.status_code == 201, human.text
+
+
 def test_a_reply_goes_to_the_original_sender_even_after_a_newer_namesake(project: Project):
     old_alice, bob = project.agent("Alice"), project.agent("Bob")
     sent = old_alice.api.send("Bob", "Plan", "x")

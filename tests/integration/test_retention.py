@@ -159,6 +159,40 @@ def test_final_old_messages_are_archived_and_removed_with_everything(world: Worl
     assert "Handoff" in shown and "Re: Handoff" in shown and "accepted" in shown
 
 
+def _status(call: Any, *args: Any) -> tuple[int, str]:
+    try:
+        call(*args)
+    except CourierAPIError as e:
+        return e.status, e.code
+    raise AssertionError("a removed message was found again")
+
+
+def test_only_those_who_could_see_an_archived_message_learn_it_was_archived(
+        world: World) -> None:
+    carol = world.agent("Carol")
+    row = world.admin.register_agent(world.project_id, "Guarded", inbound="hold")
+    guarded = world.stack.client(row["token"])
+    world.clients.append(guarded)
+    sent = world.alice.send(["Bob"], "Private", "x", cc=["Guarded"])
+    bob_did, guarded_did = (o["delivery_id"] for o in sent["delivery"]["observations"])
+    world.admin.decline(guarded_did)  # Guarded never saw it
+    wait_until(lambda: accepted(world.admin, bob_did), what="delivery")
+    wait_until(lambda: gone(world.alice, sent["id"]), REMOVAL_TIMEOUT_S, 0.2, "removal")
+    for reader in (world.alice, world.bob, world.admin):  # sender, recipient, project
+        assert _status(reader.get_message, sent["id"]) == (410, "ARCHIVED")
+        assert _status(reader.message_deliveries, sent["id"]) == (410, "ARCHIVED")
+        assert _status(reader.delivery, bob_did) == (410, "ARCHIVED")
+    assert _status(world.alice.delivery, guarded_did) == (410, "ARCHIVED")
+    # a bystander, and a recipient the message was withheld from, learn nothing
+    for reader in (carol, guarded):
+        for call in (reader.get_message, reader.message_deliveries, reader.mark_read):
+            assert _status(call, sent["id"]) == (404, "NOT_FOUND"), call
+        for did in (bob_did, guarded_did):
+            assert _status(reader.delivery, did) == (404, "NOT_FOUND")
+            assert _status(reader.observed, did) == (404, "NOT_FOUND")
+    assert _status(world.bob.delivery, guarded_did) == (404, "NOT_FOUND")
+
+
 def test_a_removed_id_answers_410_for_a_retention_period_then_404(world: World,
                                                                    kept: Stack) -> None:
     # The ids kept for 410 answers go from the store in their turn, so a busy

@@ -6,8 +6,9 @@
 --
 -- KEYS[1]  retention  zset    stored message ids by when retention looks at them
 -- KEYS[2]  due        zset    delivery ids by due time (ms)
--- KEYS[3]  archived   hash    removed ids -> their archive day (410 ARCHIVED), the
---                               hash of this stretch of time
+-- KEYS[3]  archived   hash    removed ids -> their tombstone: the archive day, then
+--                               the agents that could see it (410 ARCHIVED to
+--                               them), the hash of this stretch of time
 -- KEYS[4..]  per message, in the order of ARGV[1].messages: its message hash,
 --            its thread zset, then for each delivery its dlv hash and its
 --            recipient's inbox zset, then the event streams of its sender and
@@ -15,8 +16,8 @@
 --
 -- ARGV[1]  JSON {cutoff_us: removable when the newest activity is older,
 --          now_ms, archived_ttl_s: how long the archived hash answers,
---          messages: [[message id, archive day (YYYY-MM-DD), deliveries,
---          event streams]]} (counts of keys)
+--          messages: [[message id, its tombstone, deliveries, event streams
+--          (counts of keys), [each delivery's tombstone]]]}
 --
 -- Final: an outcome recorded and no redrive or lease under way, or declined.
 -- Newest activity: the message's admission and every `*_us` time of its
@@ -54,7 +55,7 @@ end
 local removed, later = {}, {}
 local k = 4
 for _, m in ipairs(a.messages) do
-  local mid, day, ndlv, nev = m[1], m[2], m[3], m[4]
+  local mid, tomb, ndlv, nev, dtombs = m[1], m[2], m[3], m[4], m[5]
   local created = tonumber(redis.call("HGET", KEYS[k], "created_us") or "0")
   local newest, final = created, true
   for j = 0, ndlv - 1 do
@@ -70,7 +71,7 @@ for _, m in ipairs(a.messages) do
   elseif newest >= cutoff then
     table.insert(later, {mid, string.format("%d", math.floor(newest / 1000))})
   else
-    table.insert(removed, {mid, day, k, ndlv, nev})
+    table.insert(removed, {mid, tomb, k, ndlv, nev, dtombs})
   end
   k = k + 2 + 2 * ndlv + nev
 end
@@ -78,7 +79,7 @@ end
 local minid = string.format("%d", math.floor(cutoff / 1000))
 local ids, trimmed = {}, {}
 for _, r in ipairs(removed) do
-  local mid, day, base, ndlv, nev = r[1], r[2], r[3], r[4], r[5]
+  local mid, tomb, base, ndlv, nev, dtombs = r[1], r[2], r[3], r[4], r[5], r[6]
   redis.call("DEL", KEYS[base])
   redis.call("ZREM", KEYS[base + 1], mid)
   redis.call("ZREM", KEYS[1], mid)
@@ -89,7 +90,7 @@ for _, r in ipairs(removed) do
       redis.call("DEL", dlv)
       redis.call("ZREM", inbox, did)
       redis.call("ZREM", KEYS[2], did)
-      redis.call("HSET", KEYS[3], did, day)
+      redis.call("HSET", KEYS[3], did, dtombs[j + 1])
     end
   end
   local events_from = base + 2 + 2 * ndlv
@@ -100,7 +101,7 @@ for _, r in ipairs(removed) do
       trimmed[KEYS[j]] = true
     end
   end
-  redis.call("HSET", KEYS[3], mid, day)
+  redis.call("HSET", KEYS[3], mid, tomb)
   table.insert(ids, mid)
 end
 if #ids > 0 then
