@@ -198,8 +198,16 @@ def test_a_held_recipient_finds_its_held_mail_on_no_route(project: Project):
     view = alice.api.delivery(did)
     assert view["held"] is True and view["observed_ts"] is None
     assert "delivery_observed" not in view["stages"]
-    # released, every route shows it
+    # its event stream, replayed from the start, shows the agent's own note and
+    # not the held mail; released, every route shows it, the stream too
+    note = guarded.api.send("Guarded", "Note to self", "x")
+    wait_until(lambda: guarded.api.inbox()["messages"], what="the note")
+    events = guarded.api.events("0", read_timeout_s=30)
+    subjects = (e.data["subject"] for e in events if e.event == "message")
+    assert next(subjects) == note["subject"]
     settle(project, did, "release")
-    wait_until(lambda: guarded.api.inbox()["messages"], what="the released mail")
+    assert next(subjects) == "Secret plan"
+    events.close()
+    wait_until(lambda: len(guarded.api.inbox()["messages"]) == 2, what="the released mail")
     assert guarded.api.observed(did)["delivery_id"] == did
     assert guarded.api.get_message(mid)["subject"] == "Secret plan"
