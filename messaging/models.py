@@ -15,9 +15,12 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from messaging import lookalikes
 
@@ -267,48 +270,124 @@ class NameAllowIn(Model):
 class PresenceIn(Model):
     """``PUT /v1/agents/me/presence``."""
 
-    state: Annotated[Presence, ByValue]
+    state: Annotated[Presence, ByValue, Field(description=(
+        "What your host is doing: busy, idle (finished its turn; sends the idle notices "
+        "others wait for), exited (mail waits for a resume) or source_lost"))]
+
+
+# The notice's limits are published here but checked by the service, so that a
+# wrong value is RESOURCE_NOTICE_INVALID like every other notice error.
+NOTICE_ID_HELP = "1-96 ASCII characters: a letter or digit, then letters, digits and _.:-"
 
 
 class ResourceNoticeIn(Model):
     """A typed release or cancellation; combinations are checked by the service."""
 
-    resource_id: str
-    phase_id: str
-    state: str
-    next_action: str
+    resource_id: str = Field(description=f"The shared resource, opaque: {NOTICE_ID_HELP}",
+                             json_schema_extra={"pattern": NOTICE_ID_RE.pattern})
+    phase_id: str = Field(description=f"The finite phase the claim is about: {NOTICE_ID_HELP}",
+                          json_schema_extra={"pattern": NOTICE_ID_RE.pattern})
+    state: str = Field(
+        description="What the sender reports: released (it let the resource go) or cancelled "
+                    "(it dropped its dependency on it). A claim, not permission to proceed",
+        json_schema_extra={"enum": ["released", "cancelled"]})
+    next_action: str = Field(
+        description="What the recipient is asked to do: none (delivered quiet), "
+                    "retry_admission (with released only) or drop_dependency (with cancelled "
+                    "only); an action wakes the recipient. Ask it only of a recipient that "
+                    "depends on the resource",
+        json_schema_extra={"enum": ["none", "retry_admission", "drop_dependency"]})
+
+
+def _truncated(value: str) -> str:
+    return value[:SUMMARY_MAX]
+
+
+# A label for the sender's own records: cut rather than refused.
+Summary = Annotated[str, AfterValidator(_truncated)]
+SUMMARY_HELP = ("A 5-10 word label for your own records, never delivered to anyone; cut to "
+                f"{SUMMARY_MAX} characters rather than refused")
 
 
 class SendFields(Model):
     """Fields shared by a send and a reply."""
 
-    subject: Subject | None = None
-    body_md: str | None = None
-    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
-    importance: Annotated[Importance, ByValue] | None = None
-    ack_required: bool | None = None
-    delivery_policy: Annotated[DeliveryPolicy, ByValue] = DeliveryPolicy.CHECKED
-    notification_policy: Annotated[NotificationPolicy, ByValue] | None = None
-    idempotency_key: IdempotencyKey | None = None
-    project_key: str | None = None
-    sender_name: Annotated[str, AfterValidator(normal_name)] | None = None
-    summary: str | None = None
-    probe: bool = False
+    subject: Subject | None = Field(None, description=(
+        "One line, 1-200 characters. The recipient's human previews only this line: make it a "
+        "self-contained sentence saying what the message is about and whether it asks for "
+        "work, not a greeting. Required unless resource_notice is given"))
+    body_md: str | None = Field(None, description=(
+        "The message in Markdown, stored byte for byte (at most the server's body limit). "
+        "Open with the action, decision or result; keep logs and details in linked records"))
+    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
+        None, description="A label of 1-64 letters, digits, _ or - that inbox and search "
+                          "filter on")
+    importance: Annotated[Importance, ByValue] | None = Field(
+        None, description="low, normal (the default), high or urgent")
+    ack_required: bool | None = Field(
+        None, description="Ask the recipients to acknowledge the message (default false)")
+    delivery_policy: Annotated[DeliveryPolicy, ByValue] = Field(
+        DeliveryPolicy.CHECKED, description=(
+            "checked (the default) or durable: both check recipients, store and deliver the "
+            "same way today; neither skips a check or promises more"))
+    notification_policy: Annotated[NotificationPolicy, ByValue] | None = Field(
+        None, description=(
+            "wake lets the delivery wake the recipient's host; quiet stores it for inbox and "
+            "search only (refused with high or urgent importance or ack_required). Omitted: "
+            "quiet only for low or normal mail without ack_required or probe whose recipients "
+            "are all bound to a t3 source with a thread, wake otherwise. Set wake for "
+            "handoffs, requested results and blockers"))
+    idempotency_key: IdempotencyKey | None = Field(None, description=(
+        "1-255 characters. The same key with the same request (within 7 days) answers the "
+        "stored result again with idempotent_replay true and sends nothing; with another "
+        "request it is 409 IDEMPOTENCY_KEY_CONFLICT. Without a key a retry sends another "
+        "message: after a timeout, retry with the same key"))
+    project_key: str | None = Field(None, description=(
+        "Optional check: your project's key; one that is not your token's is 403 "
+        "SENDER_MISMATCH"))
+    sender_name: Annotated[str, AfterValidator(normal_name)] | None = Field(None, description=(
+        "Optional check: your agent name; one that is not your token's is 403 "
+        "SENDER_MISMATCH"))
+    summary: Summary | None = Field(None, description=SUMMARY_HELP)
+    probe: bool = Field(False, description=(
+        "A liveness ping (default false): the message checks that the recipient is reachable; "
+        "an omitted notification_policy is then wake"))
 
-    @field_validator("summary")
-    @classmethod
-    def _truncate(cls, value: str | None) -> str | None:
-        return value[:SUMMARY_MAX] if value is not None else None
+
+RECIPIENT_FORMS = (
+    "each an agent name, `Name [ref]` (that agent exactly, as a listing, an error or a "
+    "message's `from` shows it), an agent id, or `main` (the root of your parent chain)")
+CC_HELP = "Copied recipients, in the same forms as to; every recipient sees them"
+BCC_HELP = "Blind copies, in the same forms as to; the other recipients do not see them"
+ThreadId = Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)]
+THREAD_HELP = ("A thread to post in (1-128 letters, digits and ._-); omitted, the message "
+               "starts a thread whose id is its own id")
+NOTICE_HELP = (
+    "Instead of subject and body_md: a typed release or dependency cancellation of a shared "
+    "resource, whose text Courier writes as the sender's claim. Exactly one recipient and an "
+    "idempotency_key; no cc, bcc, subject, body_md, importance, ack_required, "
+    "notification_policy, delivery_policy, topic, summary or probe")
+SEND_RULE = (
+    "A message needs a subject, unless it is a resource notice (`resource_notice`, whose "
+    "subject and body Courier writes); the server refuses a send with neither "
+    "(422 INVALID_ARGUMENT naming `subject`).")
 
 
 class SendIn(SendFields):
     """``POST /v1/messages``."""
 
-    to: Annotated[list[Recipient], Field(min_length=1, max_length=RECIPIENTS_MAX)]
-    cc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX)] = []
-    bcc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX)] = []
-    thread_id: Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)] | None = None
-    resource_notice: ResourceNoticeIn | None = None
+    model_config = ConfigDict(**StrictConfig, json_schema_extra={
+        "description": "A message to send. " + SEND_RULE})
+
+    to: Annotated[list[Recipient], Field(min_length=1, max_length=RECIPIENTS_MAX)] = Field(
+        description=f"Recipients, 1-{RECIPIENTS_MAX} with cc and bcc: {RECIPIENT_FORMS}. To "
+                    "answer a message, copy its `from` here (or use the reply call)")
+    cc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX)] = Field(
+        [], description=CC_HELP)
+    bcc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX)] = Field(
+        [], description=BCC_HELP)
+    thread_id: ThreadId | None = Field(None, description=THREAD_HELP)
+    resource_notice: ResourceNoticeIn | None = Field(None, description=NOTICE_HELP)
 
     @field_validator("cc", "bcc")
     @classmethod
@@ -319,20 +398,34 @@ class SendIn(SendFields):
             raise ValueError(f"to, cc and bcc hold at most {RECIPIENTS_MAX} recipients in all")
         return value
 
+    @model_validator(mode="after")
+    def _subject_or_notice(self) -> SendIn:
+        # In the model rather than the schema, so generated clients keep one typed body;
+        # raised with its location, so the error names ``subject`` like any field's.
+        if self.subject is None and self.resource_notice is None:
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("missing", "required unless resource_notice is given"),
+                loc=("subject",), input=None)])
+        return self
+
 
 class ReplyIn(SendFields):
     """``POST /v1/messages/{id}/reply``: body required, the rest inherited."""
 
-    body_md: str
+    body_md: str = Field(description=(
+        "The reply in Markdown, stored byte for byte. Its first line is what the recipient's "
+        "human previews: open with the answer"))
 
 
 class SubscriptionMessageIn(SendFields):
     """The message a subscription sends its target now: send fields without ``to``."""
 
-    cc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = []
-    bcc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = []
-    thread_id: Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)] | None = None
-    resource_notice: ResourceNoticeIn | None = None
+    cc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = Field(
+        [], description=CC_HELP)
+    bcc: Annotated[list[Recipient], Field(max_length=RECIPIENTS_MAX - 1)] = Field(
+        [], description=BCC_HELP)
+    thread_id: ThreadId | None = Field(None, description=THREAD_HELP)
+    resource_notice: ResourceNoticeIn | None = Field(None, description=NOTICE_HELP)
 
     @field_validator("bcc")
     @classmethod
@@ -345,36 +438,51 @@ class SubscriptionMessageIn(SendFields):
 class SubscriptionIn(Model):
     """``POST /v1/subscriptions``: one notice when the target next goes idle or exits."""
 
-    target: Recipient
-    kind: Literal["idle"] = "idle"
-    message: SubscriptionMessageIn | None = None
-    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S)] = SUBSCRIPTION_TTL_S
+    target: Recipient = Field(description=(
+        "The agent to hear about: its name, `Name [ref]` or agent id"))
+    kind: Literal["idle"] = Field("idle", description="What to wait for: idle (the only kind)")
+    message: SubscriptionMessageIn | None = Field(None, description=(
+        "Send fields without to: a message sent to the target now; the notice then waits for "
+        "its next idle or exit after that. Omitted: a pure subscription that costs the target "
+        "nothing"))
+    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S)] = Field(
+        SUBSCRIPTION_TTL_S, description=(
+            "Seconds to wait (default 3600, at most 7 days); then one expired notice instead"))
+
+
+CURSOR_HELP = "The next_cursor of the previous page, to continue from there"
+LIMIT_HELP = f"Messages per page, 1-{INBOX_LIMIT_MAX} (default 50)"
 
 
 class InboxQuery(BaseModel):
     """Query of ``GET /v1/agents/me/inbox``."""
 
     model_config = ConfigDict(extra="forbid")
-    cursor: str | None = None
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = 50
-    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
-    unread_only: bool = False
-    urgent_only: bool = False
+    cursor: str | None = Field(None, description=CURSOR_HELP)
+    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
+    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
+        None, description="Only messages with this topic")
+    unread_only: bool = Field(False, description="Only messages not yet marked read")
+    urgent_only: bool = Field(False, description="Only urgent messages")
 
 
 class SearchQuery(BaseModel):
     """Query of ``GET /v1/agents/me/search`` (and the project's search)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    q: Annotated[str, StringConstraints(max_length=SEARCH_Q_MAX)] = ""
-    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = None
+    q: Annotated[str, StringConstraints(max_length=SEARCH_Q_MAX)] = Field("", description=(
+        "Words that must all appear in the subject or body; `auth*` matches a prefix"))
+    topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
+        None, description="Only messages with this topic")
     sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
                       AfterValidator(normal_name)] | None = Field(
-        None, alias="from")
-    since: AwareDatetime | None = None
-    until: AwareDatetime | None = None
-    cursor: str | None = None
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = 50
+        None, alias="from", description="Only messages from the sender of this name")
+    since: AwareDatetime | None = Field(
+        None, description="Only messages sent at or after this time (RFC 3339, with a zone)")
+    until: AwareDatetime | None = Field(
+        None, description="Only messages sent at or before this time (RFC 3339, with a zone)")
+    cursor: str | None = Field(None, description=CURSOR_HELP)
+    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

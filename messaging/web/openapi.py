@@ -2,8 +2,10 @@
 
 FastAPI documents its own validation error (``{"detail": ...}``), which Courier
 never sends: every error is the ``Error`` model, so every operation documents
-that instead. The metrics and the event stream are not JSON, and a send needs
-a subject unless it is a resource notice; the document says so.
+that instead. The metrics and the event stream are not JSON; the main routes
+carry request examples; every request body is one typed object (rules across
+fields, such as a send's subject-or-notice, are checked by the model and said
+in its description), so generated clients get typed methods.
 """
 
 from __future__ import annotations
@@ -31,9 +33,52 @@ COMMON_ERRORS = {
     "429": "Too many requests: see `Retry-After`",
     "default": "Any other error, in the same shape (codes in docs/http-api.md)",
 }
+# Every route that reads or writes the store may find it down or full.
+UNAVAILABLE = ("503", "The store is unreachable (`STORE_UNAVAILABLE`) or full (`STORE_FULL`): "
+                      "nothing was stored; retry later")
+NO_STORE_ROUTES = {"/healthz", "/readyz"}  # /readyz answers 503 itself, as its own answer
 SECURED_ERRORS = {
     "401": "No token, or one Courier does not know",
     "403": "A valid token outside its scope",
+}
+HANDOFF = {"to": ["Bob"], "subject": "Review the token check in auth.py before Friday's release",
+           "body_md": "Please review `auth.py:check_token`.\n\nNext action: review and reply "
+                      "with findings.", "importance": "high", "idempotency_key": "review-auth-1"}
+NOTICE = {"to": ["Bob"], "idempotency_key": "db-lock-migrate-1",
+          "resource_notice": {"resource_id": "db-lock", "phase_id": "migrate:1",
+                              "state": "released", "next_action": "retry_admission"}}
+# Request examples of the main routes, by (path, method); tests check each against its model.
+REQUEST_EXAMPLES: dict[tuple[str, str], Json] = {
+    ("/v1/projects", "post"): {"project": {"summary": "A project for a repository",
+                                           "value": {"project_key": "/srv/repos/shop",
+                                                     "name": "shop"}}},
+    ("/v1/projects/{project_id}/agents", "post"): {
+        "inbox": {"summary": "An agent that reads its inbox",
+                  "value": {"name": "Alice", "transport": {"kind": "inbox"}}},
+        "webhook": {"summary": "An agent whose mail is posted to a URL",
+                    "value": {"name": "Bob", "transport": {
+                        "kind": "webhook", "url": "http://127.0.0.1:9000/hook"}}}},
+    ("/v1/messages", "post"): {
+        "handoff": {"summary": "A handoff to one agent", "value": HANDOFF},
+        "resource_notice": {"summary": "A resource notice: Courier writes the text",
+                            "value": NOTICE}},
+    ("/v1/messages/{message_id}/reply", "post"): {
+        "reply": {"summary": "A reply in the thread, to the sender",
+                  "value": {"body_md": "Reviewed: one nit in line 40.",
+                            "idempotency_key": "review-auth-1-reply"}}},
+    ("/v1/projects/{project_id}/messages", "post"): {
+        "human": {"summary": "The project's human writes to an agent",
+                  "value": {"to": ["Alice"], "subject": "Stop the deploy: the release is "
+                                                        "postponed", "body_md": "Until Monday."}}},
+    ("/v1/subscriptions", "post"): {
+        "pure": {"summary": "Hear once when Bob is next idle",
+                 "value": {"target": "Bob", "ttl_s": 1800}},
+        "with_message": {"summary": "Send Bob work now and hear when he is done",
+                         "value": {"target": "Bob", "message": {
+                             "subject": "Run the migration tests on branch db-v2",
+                             "body_md": "Next action: run `make test-db` and reply."}}}},
+    ("/v1/agents/me/presence", "put"): {"idle": {"summary": "Done with the turn",
+                                                 "value": {"state": "idle"}}},
 }
 TEXT_ROUTES = {
     "/metrics": ("text/plain", "Prometheus exposition text"),
@@ -63,21 +108,23 @@ def polish(doc: Json) -> Json:
     for name in FASTAPI_ERRORS:
         schemas.pop(name, None)
     for path, operations in doc.get("paths", {}).items():
-        for operation in operations.values():
-            _errors(operation)
+        for method, operation in operations.items():
+            _errors(operation, uses_store=path not in NO_STORE_ROUTES)
             if path in TEXT_ROUTES:
                 _text(operation, *TEXT_ROUTES[path])
-    if "SendIn" in schemas:
-        # A send needs a subject, unless it is a resource notice (whose text Courier writes).
-        schemas["SendIn"]["anyOf"] = [{"required": ["subject"]}, {"required": ["resource_notice"]}]
+            if (path, method) in REQUEST_EXAMPLES:
+                body = operation["requestBody"]["content"]["application/json"]
+                body["examples"] = REQUEST_EXAMPLES[path, method]
     return doc
 
 
-def _errors(operation: Json) -> None:
+def _errors(operation: Json, *, uses_store: bool) -> None:
     responses: Json = operation.setdefault("responses", {})
     wanted = dict(COMMON_ERRORS)
     if operation.get("security"):
         wanted.update(SECURED_ERRORS)
+    if uses_store:
+        wanted.update([UNAVAILABLE])
     for status, description in wanted.items():
         responses[status] = {"description": description,
                              "content": {"application/json": {"schema": ERROR_REF}}}

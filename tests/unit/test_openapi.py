@@ -7,17 +7,23 @@ from importlib.metadata import version
 from typing import Any
 
 import jsonschema
+import pydantic
 import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 from openapi_spec_validator import validate
 
+from messaging import models
+from messaging.models import SendIn
 from messaging.web.app import create_app
 from messaging.web.deps import caller
+from messaging.web.openapi import REQUEST_EXAMPLES
 
 APP = create_app()
 DOC: dict[str, Any] = APP.openapi()
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
+MODELS = {name: model for name, model in vars(models).items()
+          if isinstance(model, type) and issubclass(model, pydantic.BaseModel)}
 
 
 def operations() -> list[tuple[str, str, dict[str, Any]]]:
@@ -101,13 +107,56 @@ def test_text_routes_are_not_typed_as_json(path: str, media_type: str) -> None:
 
 
 def test_a_send_needs_a_subject_unless_it_is_a_resource_notice() -> None:
-    send = schema_of("SendIn")
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"to": ["Bob"], "body_md": "hi"}, send)
-    jsonschema.validate({"to": ["Bob"], "subject": "Hi"}, send)
+    # The rule is the model's and the description's, not a top-level anyOf.
+    assert "subject" in DOC["components"]["schemas"]["SendIn"]["description"]
+    with pytest.raises(pydantic.ValidationError) as refused:
+        SendIn.model_validate({"to": ["Bob"], "body_md": "hi"})
+    assert [e["loc"] for e in refused.value.errors()] == [("subject",)]
+    SendIn.model_validate({"to": ["Bob"], "subject": "Hi"})
     notice = {"resource_id": "db-lock", "phase_id": "p1", "state": "released",
               "next_action": "none"}
-    jsonschema.validate({"to": ["Bob"], "resource_notice": notice, "idempotency_key": "k"}, send)
+    SendIn.model_validate({"to": ["Bob"], "resource_notice": notice, "idempotency_key": "k"})
+
+
+def test_every_request_body_is_one_typed_object() -> None:
+    bodies = [(method, path, op["requestBody"]["content"]["application/json"]["schema"])
+              for method, path, op in operations() if "requestBody" in op]
+    assert ("POST", "/v1/messages") in {(m, p) for m, p, _ in bodies}
+    for method, path, ref in bodies:
+        schema = DOC["components"]["schemas"][ref["$ref"].rsplit("/", 1)[-1]]
+        assert schema["type"] == "object" and schema["properties"], f"{method} {path}"
+        assert not {"anyOf", "oneOf", "allOf"} & set(schema), f"{method} {path}"
+
+
+def test_resource_notice_fields_list_their_values_and_form() -> None:
+    notice = DOC["components"]["schemas"]["ResourceNoticeIn"]["properties"]
+    assert notice["state"]["enum"] == ["released", "cancelled"]
+    assert notice["next_action"]["enum"] == ["none", "retry_admission", "drop_dependency"]
+    assert all(notice[f]["pattern"] and notice[f]["description"]
+               for f in ("resource_id", "phase_id"))
+
+
+def test_every_send_field_is_described() -> None:
+    for name in ("SendIn", "ReplyIn", "SubscriptionIn", "SubscriptionMessageIn",
+                 "ResourceNoticeIn", "PresenceIn"):
+        for field, prop in DOC["components"]["schemas"][name]["properties"].items():
+            assert prop.get("description"), (name, field)
+
+
+@pytest.mark.parametrize(("path", "method"), sorted(REQUEST_EXAMPLES))
+def test_request_examples_are_valid_requests(path: str, method: str) -> None:
+    content = DOC["paths"][path][method]["requestBody"]["content"]["application/json"]
+    model = MODELS[content["schema"]["$ref"].rsplit("/", 1)[-1]]
+    assert content["examples"]
+    for example in content["examples"].values():
+        model.model_validate_json(json.dumps(example["value"]))
+
+
+def test_store_failures_are_documented_where_they_can_happen() -> None:
+    for method, path, op in operations():
+        if path not in ("/healthz", "/readyz"):
+            assert "STORE_UNAVAILABLE" in op["responses"]["503"]["description"], (method, path)
+    assert "503" not in DOC["paths"]["/healthz"]["get"]["responses"]
 
 
 @pytest.mark.parametrize("media", json_answers())
