@@ -33,6 +33,7 @@ from messaging.web.fairshare import ProjectShare
 from messaging.web.guard import Gate, Projects
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
+from messaging.web.refusals import CountRefusals
 from messaging.web.routes import (
     console,
     deliveries,
@@ -129,6 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: a project's requests past its fair share wait before any work on them.
     app.add_middleware(ProjectShare, projects=token_projects,
                        streams=[live.EVENTS_PATH, MCP_PATH])
+    # Outermost of all: every error answer, whoever made it, is counted on its way out.
+    app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)

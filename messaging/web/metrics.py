@@ -1,12 +1,14 @@
 """``GET /metrics``: Prometheus text.
 
 Sends are counted where every face's sends pass, the send service
-(``courier_admissions``, ``messaging.service.sending``), and requests the gate
+(``courier_admissions``, ``messaging.service.sending``), requests the gate
 refuses where every face's requests pass, the gate (``courier_gate_refusals``,
-``messaging.web.guard``); both by each API process. Delivery figures come from the
-store's per-project counters (``keys.stats``), which every worker on every
-machine writes in the same scripts that record outcomes, so any API process
-shows the whole deployment. Queue depths are read from the broker.
+``messaging.web.guard``), and every error answer of every face, by code and
+face, where answers leave (``courier_refusals``, ``messaging.web.refusals``);
+all by each API process. Delivery figures come from the store's per-project
+counters (``keys.stats``), which every worker on every machine writes in the
+same scripts that record outcomes, so any API process shows the whole
+deployment. Queue depths are read from the broker.
 """
 
 from __future__ import annotations
