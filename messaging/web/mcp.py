@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis.exceptions
@@ -25,20 +26,24 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging import __version__ as COURIER_VERSION
 from messaging.config import Settings
-from messaging.errors import CourierError, store_full, store_unavailable
+from messaging.errors import CourierError, invalid, store_full, store_unavailable
 from messaging.models import (
+    SUMMARY_HELP,
     InboxQuery,
+    Model,
     PresenceIn,
+    Recipient,
     ReplyIn,
     SearchQuery,
     SendIn,
     SubscriptionIn,
+    Summary,
     invalid_argument_details,
 )
 from messaging.runtime.publish import BatchPublisher
@@ -46,12 +51,14 @@ from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller, bearer
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
+from messaging.web import refusals
 from messaging.web.guard import Gate, authorization, client_address
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+FACE = "mcp"  # the face label of its refusals
 CALLER_SCOPE_KEY = "courier.caller"
 SERVER_NAME = "courier"
 SHORT_SUBJECT_MAX = 80
@@ -101,9 +108,16 @@ class BearerAgent:
         await self.app(scope, receive, send)
 
 
-def _result(body: Json, *, error: bool = False) -> CallToolResult:
+def _result(body: Json) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body, is_error=error)
+                          structured_content=body)
+
+
+def tool_error(body: Json) -> CallToolResult:
+    """An error object as a tool error; every MCP refusal is made, and counted, here."""
+    refusals.count(body["error"]["code"], FACE)
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
+                          structured_content=body, is_error=True)
 
 
 def internal_error() -> Json:
@@ -111,9 +125,15 @@ def internal_error() -> Json:
     # Not a CourierError code: no HTTP answer carries it (REST answers such a failure 500).
     # No ``persisted``: after an unexpected failure nobody knows whether a write was stored.
     return {"error": {
-        "code": "INTERNAL", "details": {},
+        "code": refusals.INTERNAL, "details": {},
         "message": "Courier failed unexpectedly and logged it; whether anything was stored is "
                    "unknown: retry later (a send with the same idempotency_key)"}}
+
+
+def invalid_arguments(exc: ValidationError) -> CourierError:
+    """Pydantic's errors as the API's INVALID_ARGUMENT, the first field named."""
+    message, details = invalid_argument_details(exc.errors())
+    return CourierError("INVALID_ARGUMENT", message, details)
 
 
 async def run_tool(ctx: Context, call: Call) -> CallToolResult:
@@ -127,21 +147,15 @@ async def run_tool(ctx: Context, call: Call) -> CallToolResult:
     except CourierError as exc:
         error = exc
     except ValidationError as exc:
-        message, details = invalid_argument_details(exc.errors())
-        error = CourierError("INVALID_ARGUMENT", message, details)
+        error = invalid_arguments(exc)
     except redis.exceptions.OutOfMemoryError:
         error = store_full()
     except STORE_DOWN:
         error = store_unavailable()
     except Exception:
         log.exception("an MCP tool call failed unexpectedly")
-        return _result(internal_error(), error=True)
-    return _result(error.body(), error=True)
-
-
-def _given(**fields: Any) -> Json:
-    """The arguments a tool call gave (None means not given)."""
-    return {k: v for k, v in fields.items() if v is not None}
+        return tool_error(internal_error())
+    return tool_error(error.body())
 
 
 def short_subject(text: str) -> str:
@@ -153,37 +167,207 @@ def short_subject(text: str) -> str:
     return first or "(no subject)"
 
 
-# What each argument means, for the input schemas (limits and enums come from the models).
-ARGUMENT_HELP = {
-    "to": "Recipients: agent names, 'name [ref]' labels or agent ids (at least one)",
-    "cc": "Copied recipients, like to", "bcc": "Blind-copied recipients, like to",
-    "subject": "One-line subject", "body_md": "The message, Markdown",
-    "topic": "A short topic label to filter on", "thread_id": "Thread to post in",
-    "importance": "How much it matters", "ack_required": "Ask the recipient to acknowledge",
-    "delivery_policy": "How recipients are checked before admission",
-    "notification_policy": "wake the recipient, keep it quiet, or let Courier choose",
-    "idempotency_key": "Retry-safe key: the same key and request answer the first send",
-    "resource_notice": "A resource's state change this message announces",
-    "project_key": "Your project's key (must match your token's)",
-    "sender_name": "Your name (must match your token's)",
-    "summary": "A short label for your own copy", "message_id": "A message's id",
-    "cursor": "next_cursor of the previous page", "limit": "Messages per page",
-    "unread_only": "Only unread mail", "urgent_only": "Only urgent mail",
-    "project_id": "A project's id (default: yours)", "delivery_id": "A delivery's id",
-    "target": "The agent to watch", "kind": "What to wait for",
-    "message": "Send fields (without to) of a message to the target now",
-    "ttl_s": "Seconds to wait before an expired notice", "state": "Your presence",
-    "message_text": "The text", "notify_when_idle": "Get a notice once the recipient is idle",
-    "q": "Words to search for", "sender": "Only mail from this agent name",
-    "since": "Only mail sent at or after this time (RFC 3339)",
-    "until": "Only mail sent at or before this time (RFC 3339)",
-}
-# The HTTP twin's model of each tool, whose schema gives its fields' enums and limits.
-TWIN_MODELS: dict[str, type[BaseModel]] = {
-    "send_message": SendIn, "reply_message": ReplyIn, "fetch_inbox": InboxQuery,
-    "subscribe_idle": SubscriptionIn, "set_presence": PresenceIn,
-    "search_messages": SearchQuery,
-}
+# The arguments of the tools without an HTTP body model (their HTTP twins take path
+# parameters), and of ``send``; every other tool takes its twin's model itself.
+class MessageArgs(Model):
+    """A message the caller received."""
+
+    message_id: str = Field(description="The message's id (msg_...), as the inbox shows it")
+
+
+class ReplyArgs(ReplyIn):
+    """``reply_message``: the message answered, and the reply's fields."""
+
+    message_id: str = Field(description="The id (msg_...) of the message to answer")
+
+
+class DeliveryArgs(Model):
+    """A delivery of the caller's mail."""
+
+    delivery_id: str = Field(description="The delivery's id (dlv_...), as a send's answer or "
+                                         "the inbox shows it")
+
+
+class ProjectArgs(Model):
+    """A project whose agents to list."""
+
+    project_id: str | None = Field(None, description="A project's id (default: yours)")
+
+
+class ShortSendArgs(Model):
+    """``send``: one recipient and the text, optionally an idle notice."""
+
+    to: Recipient = Field(description=(
+        "One recipient: an agent name, `Name [ref]` (that agent exactly, as a listing, an error "
+        "or a message's `from` shows it), an agent id, or `main`. To answer a message, copy its "
+        "`from` here"))
+    message: str | None = Field(None, description=(
+        "The message text, Markdown. The recipient's human previews only its FIRST LINE (it "
+        "becomes the subject): make it a self-contained sentence saying what this is about, "
+        "not a greeting or a bare mention. Omit it with notify_when_idle for a pure "
+        "subscription"))
+    summary: Summary | None = Field(None, description=SUMMARY_HELP)
+    notify_when_idle: bool = Field(False, description=(
+        "Get ONE notice in your inbox when the recipient next goes idle or exits (or one "
+        "expired notice after an hour): one-shot, no polling. With a message: deliver it now "
+        "AND subscribe. Without one: a pure subscription that costs the recipient nothing "
+        "(from your main conversation only)"))
+
+
+# What every sending tool says of when and how to send (the recipient's human reads
+# only the first line; a warning is no reason to send again).
+SENDING_GUIDANCE = (
+    "Send only when the recipient needs to act or to know: a handoff, a requested result, a "
+    "blocker, a change to a shared resource. Keep routine progress in your own conversation; "
+    "send no courtesy acknowledgements or thanks. Say whether the message informs or asks for "
+    "work; for a request name the action, the repository and who owns it. "
+    "The recipient's human previews only the first line: make it a self-contained sentence "
+    "saying what this is about, then add the few facts the recipient needs. "
+    "The answer's warnings and observations are facts about this send, true when it was "
+    "admitted (an exited recipient whose mail waits for a resume, a name nobody has yet, "
+    "held mail, unknown presence); they are not errors, and storage is not task acceptance. "
+    "Uncertain delivery (a timeout, an unknown outcome, a warning) is never a reason to send "
+    "again by another route or tool: retry only the same call with the same idempotency_key, "
+    "which answers the stored result. Return once it answers; do not poll for delivery."
+)
+SEND_MESSAGE_HELP = (
+    "Send a Markdown message to agents of your project (POST /v1/messages): to, subject, "
+    "body_md and the other fields. Returns the stored message with what admission saw of each "
+    "delivery. A recipient that cannot be resolved fails the whole send (persisted false). To "
+    "answer a message use reply_message; for a resource release or cancellation give "
+    "resource_notice instead of subject and body_md (Courier writes the text). "
+    + SENDING_GUIDANCE
+)
+SEND_HELP = (
+    "Short form of send_message: to one recipient, the message text (its first line becomes "
+    "the subject), a summary label for you, and notify_when_idle to hear once when the "
+    "recipient next goes idle. notify_when_idle without a message is a pure subscription "
+    "(the answer's subscription only; nothing is sent). With notify_when_idle the answer "
+    "says in subscription.notice_to who will see the notice. " + SENDING_GUIDANCE
+)
+
+
+async def _send_message(svc: Services, who: Caller, args: SendIn) -> Json:
+    return (await sending.send(svc.store, svc.settings, svc.publisher, who, args)).body
+
+
+async def _reply_message(svc: Services, who: Caller, args: ReplyArgs) -> Json:
+    body = ReplyIn.model_validate_json(args.model_dump_json(exclude={"message_id"},
+                                                           exclude_unset=True))
+    return (await sending.reply(svc.store, svc.settings, svc.publisher, who, args.message_id,
+                                body)).body
+
+
+async def _fetch_inbox(svc: Services, who: Caller, args: InboxQuery) -> Json:
+    return await reading.inbox(svc.store, who, args)
+
+
+async def _search_messages(svc: Services, who: Caller, args: SearchQuery) -> Json:
+    return await search.search(svc.store, who, args)
+
+
+async def _mark_read(svc: Services, who: Caller, args: MessageArgs) -> Json:
+    return await reading.mark(svc.store, who, args.message_id, "read")
+
+
+async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) -> Json:
+    return await reading.mark(svc.store, who, args.message_id, "ack")
+
+
+async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
+    return await directory.list_agents(svc.store, who, args.project_id or who.project_id or "")
+
+
+async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
+    return await reading.get_delivery(svc.store, who, args.delivery_id)
+
+
+async def _subscribe_idle(svc: Services, who: Caller, args: SubscriptionIn) -> Json:
+    return (await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
+                                          args)).body
+
+
+async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
+    text = args.message if args.message and args.message.strip() else None
+    if text is None and not args.notify_when_idle:
+        raise invalid("message", "required unless notify_when_idle is true")
+    fields = {k: v for k, v in (("subject", text and short_subject(text)), ("body_md", text),
+                                ("summary", args.summary)) if v is not None}
+    if args.notify_when_idle:
+        wanted = SubscriptionIn.model_validate_json(json.dumps(
+            {"target": args.to, **({"message": fields} if text is not None else {})}))
+        sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, wanted)
+        sent: Json | None = sub.body.pop("message", None)
+        return {**(sent or {}), "subscription": sub.body}
+    body = SendIn.model_validate_json(json.dumps({**fields, "to": [args.to]}))
+    return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
+
+
+async def _set_presence(svc: Services, who: Caller, args: PresenceIn) -> Json:
+    return await directory.set_presence(svc.store, who, args, svc.publisher)
+
+
+@dataclass(frozen=True)
+class CourierTool:
+    """One tool: its arguments' model (checked strictly, as over HTTP) and what it runs."""
+
+    name: str
+    arguments: type[BaseModel]
+    run: Callable[[Services, Caller, Any], Awaitable[Json]]
+    description: str
+
+    def validate(self, arguments: Json) -> BaseModel:
+        """The arguments as the model, by the HTTP face's rules: strict JSON types, names as
+        the HTTP face spells them (``from``), nothing unknown."""
+        return self.arguments.model_validate_json(json.dumps(arguments), strict=True,
+                                                  by_alias=True, by_name=False)
+
+    def input_schema(self) -> Json:
+        """The model's JSON schema, references inlined for clients that do not follow them."""
+        schema = self.arguments.model_json_schema(by_alias=True)
+        defs = schema.pop("$defs", {})
+        properties = {field: _untitled(_inline(prop, defs))
+                      for field, prop in schema.get("properties", {}).items()}
+        return {"type": "object", "properties": properties,
+                "required": schema.get("required", []), "additionalProperties": False}
+
+
+TOOLS = [
+    CourierTool("send_message", SendIn, _send_message, SEND_MESSAGE_HELP),
+    CourierTool("reply_message", ReplyArgs, _reply_message, (
+        "Reply to a message you received or sent (POST /v1/messages/{id}/reply): same thread, "
+        "subject Re: ..., addressed to its sender; body_md required, importance and "
+        "ack_required inherited unless given. Reply only when the reply helps: no thanks or "
+        "courtesy acknowledgements. " + SENDING_GUIDANCE)),
+    CourierTool("fetch_inbox", InboxQuery, _fetch_inbox, (
+        "Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the next_cursor of the "
+        "last call back as cursor to get only what arrived since.")),
+    CourierTool("search_messages", SearchQuery, _search_messages, (
+        "Search what you sent or received, newest first (GET /v1/agents/me/search): every "
+        "word of q in subject or body, `auth*` for a prefix; filter by topic, sender (from), "
+        "since and until (RFC 3339). Pass next_cursor back as cursor for more.")),
+    CourierTool("mark_read", MessageArgs, _mark_read, "Mark a message you received read."),
+    CourierTool("acknowledge_message", MessageArgs, _acknowledge_message, (
+        "Acknowledge a message you received that asks for it (ack_required); also marks it "
+        "read.")),
+    CourierTool("list_agents", ProjectArgs, _list_agents, (
+        "The agents of your project, each with its `Name [ref]` label, status and presence. "
+        "Do not poll it to learn when an agent is done: use notify_when_idle or "
+        "subscribe_idle.")),
+    CourierTool("get_delivery", DeliveryArgs, _get_delivery, (
+        "What happened to one delivery of your mail, stage by stage (admitted, target "
+        "selected, dispatch started, provider result, observed). An outcome of unknown is "
+        "uncertainty, not failure: do not resend because of it.")),
+    CourierTool("subscribe_idle", SubscriptionIn, _subscribe_idle, (
+        "Get one notice when target next goes idle or exits, or one expired notice when ttl_s "
+        "runs out (POST /v1/subscriptions); from your main conversation only. With message "
+        "(send fields without to), the message goes to the target now and the notice waits "
+        "for its next idle or exit. The answer's notice_to says who will see the notice.")),
+    CourierTool("send", ShortSendArgs, _send, SEND_HELP),
+    CourierTool("set_presence", PresenceIn, _set_presence, (
+        "Tell Courier whether you are busy, idle, exited or source_lost "
+        "(PUT /v1/agents/me/presence); going idle sends the idle notices others wait for.")),
+]
 
 
 def _inline(schema: Json, defs: Json) -> Json:
@@ -196,212 +380,58 @@ def _inline(schema: Json, defs: Json) -> Json:
             for k, v in schema.items()}
 
 
-def strict_schema(name: str, schema: Json) -> Json:
-    """A tool's input schema: unknown arguments refused, each field described and bounded."""
-    twin = TWIN_MODELS.get(name)
-    # By field name: a tool's arguments are the model's field names (``sender``, not ``from``).
-    twin_schema = twin.model_json_schema(by_alias=False) if twin else {}
-    defs = twin_schema.get("$defs", {})
-    properties = {}
-    for field, prop in schema.get("properties", {}).items():
-        known = twin_schema.get("properties", {}).get(field)
-        merged = _inline(known, defs) if known else dict(prop)
-        merged.pop("title", None)
-        merged["description"] = ARGUMENT_HELP.get(field, merged.get("description", field))
-        properties[field] = merged
-    return {**schema, "properties": properties, "additionalProperties": False}
+def _untitled(schema: Json) -> Json:
+    """A schema without pydantic's generated titles (the descriptions say more)."""
+    out: Json = {}
+    for key, value in schema.items():
+        if key == "title":
+            continue
+        if key == "properties":  # field names, whichever they are, each with its schema
+            value = {field: _untitled(prop) for field, prop in value.items()}
+        elif isinstance(value, dict):
+            value = _untitled(value)
+        elif isinstance(value, list):
+            value = [_untitled(x) if isinstance(x, dict) else x for x in value]
+        out[key] = value
+    return out
+
+
+async def _never_called() -> None:
+    """The SDK's function of every tool: ``CourierMCP.call_tool`` runs Courier's instead."""
+    raise AssertionError("Courier's tools run through CourierMCP.call_tool")
 
 
 class CourierMCP(MCPServer):
     """Courier's MCP server: strict arguments, refused in the API's error shape; tools only."""
 
-    def make_strict(self) -> None:
-        """Refuse unknown arguments, describe every field, advertise tools alone."""
-        for tool in self._tool_manager.list_tools():
-            base = tool.fn_metadata.arg_model
-            tool.fn_metadata.arg_model = type(base.__name__, (base,), {
-                "model_config": {**base.model_config, "extra": "forbid"}})
-            tool.parameters = strict_schema(tool.name, tool.parameters)
+    def __init__(self) -> None:
+        super().__init__(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING",
+                         version=COURIER_VERSION)
+        self.courier_tools = {tool.name: tool for tool in TOOLS}
+        for tool in TOOLS:
+            self.add_tool(_never_called, name=tool.name, description=tool.description,
+                          structured_output=False)
+            self._tool_manager.get_tool(tool.name).parameters = tool.input_schema()  # type: ignore[union-attr]
         # Courier has no prompts or resources: do not offer them.
         for method in ("prompts/list", "prompts/get", "resources/list", "resources/read",
                        "resources/templates/list"):
             self._lowlevel_server._request_handlers.pop(method, None)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        """Run a tool; arguments it does not take, or of the wrong shape, are a tool error."""
-        tool = self._tool_manager.get_tool(name)
-        if tool is not None:
-            try:
-                tool.fn_metadata.validate_arguments(arguments)
-            except ValidationError as exc:
-                message, details = invalid_argument_details(exc.errors())
-                error = CourierError("INVALID_ARGUMENT", message, details)
-                return _result(error.body(), error=True)
-        return await super().call_tool(name, arguments, context)
+        """Run a tool: its arguments checked by its model first (nothing runs otherwise)."""
+        tool = self.courier_tools.get(name)
+        if tool is None:
+            return await super().call_tool(name, arguments, context)
+        try:
+            args = tool.validate(arguments)
+        except ValidationError as exc:
+            return tool_error(invalid_arguments(exc).body())
+        return await run_tool(context, lambda svc, who: tool.run(svc, who, args))
 
 
-def build_server() -> MCPServer:  # noqa: C901 - one short closure per tool
+def build_server() -> MCPServer:
     """The MCP server with Courier's tools."""
-    server = CourierMCP(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING",
-                        version=COURIER_VERSION)
-
-    @server.tool(description="Send a Markdown message (POST /v1/messages): to, subject, "
-                             "body_md, and the other send fields. Returns the stored message.")
-    async def send_message(
-        ctx: Context, to: list[str], subject: str | None = None, body_md: str | None = None,
-        cc: list[str] | None = None, bcc: list[str] | None = None, topic: str | None = None,
-        thread_id: str | None = None, importance: str | None = None,
-        ack_required: bool | None = None, delivery_policy: str | None = None,
-        notification_policy: str | None = None, idempotency_key: str | None = None,
-        resource_notice: dict[str, Any] | None = None, project_key: str | None = None,
-        sender_name: str | None = None, summary: str | None = None, probe: bool | None = None,
-    ) -> CallToolResult:
-        fields = _given(
-            to=to, subject=subject, body_md=body_md, cc=cc, bcc=bcc, topic=topic,
-            thread_id=thread_id, importance=importance, ack_required=ack_required,
-            delivery_policy=delivery_policy, notification_policy=notification_policy,
-            idempotency_key=idempotency_key, resource_notice=resource_notice,
-            project_key=project_key, sender_name=sender_name, summary=summary, probe=probe)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            body = SendIn.model_validate_json(json.dumps(fields))
-            return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Reply to a message in its thread, to its sender "
-                             "(POST /v1/messages/{id}/reply).")
-    async def reply_message(
-        ctx: Context, message_id: str, body_md: str, subject: str | None = None,
-        topic: str | None = None, importance: str | None = None,
-        ack_required: bool | None = None, notification_policy: str | None = None,
-        idempotency_key: str | None = None, summary: str | None = None,
-    ) -> CallToolResult:
-        fields = _given(body_md=body_md, subject=subject, topic=topic, importance=importance,
-                        ack_required=ack_required, notification_policy=notification_policy,
-                        idempotency_key=idempotency_key, summary=summary)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            body = ReplyIn.model_validate_json(json.dumps(fields))
-            return (await sending.reply(svc.store, svc.settings, svc.publisher, who,
-                                        message_id, body)).body
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the "
-                             "next_cursor of the last call back as cursor to get only what "
-                             "arrived since.")
-    async def fetch_inbox(
-        ctx: Context, cursor: str | None = None, limit: int | None = None,
-        topic: str | None = None, unread_only: bool | None = None,
-        urgent_only: bool | None = None,
-    ) -> CallToolResult:
-        fields = _given(cursor=cursor, limit=limit, topic=topic, unread_only=unread_only,
-                        urgent_only=urgent_only)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            return await reading.inbox(svc.store, who, InboxQuery.model_validate(fields))
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Search what you sent or received, newest first "
-                             "(GET /v1/agents/me/search): every word of q in subject or body, "
-                             "`auth*` for a prefix; filter by topic, sender name (from), since "
-                             "and until (RFC 3339). Pass next_cursor back as cursor for more.")
-    async def search_messages(
-        ctx: Context, q: str = "", topic: str | None = None, sender: str | None = None,
-        since: str | None = None, until: str | None = None, cursor: str | None = None,
-        limit: int | None = None,
-    ) -> CallToolResult:
-        fields = _given(q=q, topic=topic, sender=sender, since=since, until=until,
-                        cursor=cursor, limit=limit)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            return await search.search(svc.store, who, SearchQuery.model_validate(fields))
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Mark a message you received read.")
-    async def mark_read(ctx: Context, message_id: str) -> CallToolResult:
-        async def call(svc: Services, who: Caller) -> Json:
-            return await reading.mark(svc.store, who, message_id, "read")
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Acknowledge a message you received (also marks it read).")
-    async def acknowledge_message(ctx: Context, message_id: str) -> CallToolResult:
-        async def call(svc: Services, who: Caller) -> Json:
-            return await reading.mark(svc.store, who, message_id, "ack")
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="The agents of your project, with status and presence "
-                             "(project_id defaults to yours).")
-    async def list_agents(ctx: Context, project_id: str | None = None) -> CallToolResult:
-        async def call(svc: Services, who: Caller) -> Json:
-            return await directory.list_agents(svc.store, who, project_id or who.project_id or "")
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="What happened to one delivery, stage by stage.")
-    async def get_delivery(ctx: Context, delivery_id: str) -> CallToolResult:
-        async def call(svc: Services, who: Caller) -> Json:
-            return await reading.get_delivery(svc.store, who, delivery_id)
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Get one notice when target next goes idle or exits, or when "
-                             "ttl_s runs out (POST /v1/subscriptions). With message (send "
-                             "fields without `to`), the message goes to the target now and the "
-                             "notice waits for its next idle or exit.")
-    async def subscribe_idle(
-        ctx: Context, target: str, kind: str | None = None,
-        message: dict[str, Any] | None = None, ttl_s: int | None = None,
-    ) -> CallToolResult:
-        fields = _given(target=target, kind=kind, message=message, ttl_s=ttl_s)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            body = SubscriptionIn.model_validate_json(json.dumps(fields))
-            made = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, body)
-            return made.body
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Short form of send_message: to one agent name, the message text "
-                             "(Markdown; its first line is the subject), an optional summary "
-                             "label, and notify_when_idle to get an idle notice once the "
-                             "recipient goes idle after reading it.")
-    async def send(
-        ctx: Context, to: str, message: str, summary: str | None = None,
-        notify_when_idle: bool = False,
-    ) -> CallToolResult:
-        fields = _given(subject=short_subject(message), body_md=message, summary=summary)
-
-        async def call(svc: Services, who: Caller) -> Json:
-            if notify_when_idle:
-                wanted = SubscriptionIn.model_validate_json(
-                    json.dumps({"target": to, "message": fields}))
-                sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
-                                                    wanted)
-                sent: Json = sub.body.pop("message")
-                return {**sent, "subscription": sub.body}
-            body = SendIn.model_validate_json(json.dumps({**fields, "to": [to]}))
-            return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
-
-        return await run_tool(ctx, call)
-
-    @server.tool(description="Tell Courier whether you are busy, idle, exited or source_lost "
-                             "(PUT /v1/agents/me/presence); going idle sends the idle notices "
-                             "others wait for.")
-    async def set_presence(ctx: Context, state: str) -> CallToolResult:
-        async def call(svc: Services, who: Caller) -> Json:
-            body = PresenceIn.model_validate({"state": state})
-            return await directory.set_presence(svc.store, who, body, svc.publisher)
-
-        return await run_tool(ctx, call)
-
-    server.make_strict()
-    return server
+    return CourierMCP()
 
 
 def _security(settings: Settings) -> TransportSecuritySettings:

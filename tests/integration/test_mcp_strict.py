@@ -82,8 +82,8 @@ def test_input_schemas_are_strict_and_describe_each_field(project: Project):
     search = tools["search_messages"]["inputSchema"]["properties"]
     assert search["limit"]["maximum"] >= 1 and search["limit"]["minimum"] == 1
     assert "pattern" in str(search["topic"]) and "maxLength" in str(search["q"])
-    assert "maxLength" in str(search["sender"]) and "date-time" in str(search["since"])
-    assert search["cursor"]["description"] == "next_cursor of the previous page"
+    assert "maxLength" in str(search["from"]) and "date-time" in str(search["since"])
+    assert "next_cursor" in search["cursor"]["description"]
 
 
 def test_the_server_reports_courier_and_offers_tools_only(project: Project):

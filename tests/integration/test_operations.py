@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -61,6 +62,42 @@ def test_metrics_count_admissions_outcomes_latency_and_queue_depth(project: Proj
         assert _metric(after, name, labels) >= old + 1, (name, labels)
     for queue in ("deliver.inbox", "deliver.webhook", "courier.sweep"):
         assert _metric(after, "courier_queue_depth", f'queue="{queue}"') >= 0
+
+
+def _count(text: str, name: str, labels: str) -> float:
+    """A counter's value, 0 before its first increment."""
+    return _metric(text, name, labels) if f"{name}{{{labels}}} " in text else 0.0
+
+
+def test_every_refusal_is_counted_by_code_and_face(project: Project):
+    from tests.integration.test_mcp import mcp
+
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    metrics = project.stack.api_url + "/metrics"
+    faces = [("INVALID_ARGUMENT", "http"), ("INVALID_ARGUMENT", "mcp"), ("NOT_FOUND", "http"),
+             ("UNAUTHENTICATED", "mcp"), ("RECIPIENT_NOT_FOUND", "mcp")]
+    labels = [f'code="{code}",face="{face}"' for code, face in faces]
+    before = httpx.get(metrics).text
+
+    refused = alice.api.http.post("/v1/messages", json={"to": ["Bob"], "subject": "s",
+                                                        "ack_required": "yes"})
+    assert refused.status_code == 422
+    assert alice.api.http.get("/v1/messages/msg_nothing").status_code == 404
+    assert httpx.post(project.stack.api_url + "/mcp", json={}).status_code == 401
+
+    async def over_mcp() -> None:
+        async with mcp(project, alice) as tools:
+            for args in ({"to": ["Bob"], "subject": "s", "ack_required": 1},
+                         {"to": ["Nobody"], "subject": "s"}):
+                error, _ = await tools.raw("send_message", **args)
+                assert error is True
+
+    asyncio.run(over_mcp())
+    after = httpx.get(metrics).text
+    for label in labels:
+        assert _count(after, "courier_refusals_total", label) == _count(
+            before, "courier_refusals_total", label) + 1, label
+    assert bob.api.inbox()["messages"] == []
 
 
 @pytest.fixture
