@@ -108,16 +108,15 @@ class BearerAgent:
         await self.app(scope, receive, send)
 
 
-def _result(body: Json) -> CallToolResult:
+def _result(body: Json, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body)
+                          structured_content=body, is_error=error)
 
 
 def tool_error(body: Json) -> CallToolResult:
     """An error object as a tool error; every MCP refusal is made, and counted, here."""
     refusals.count(body["error"]["code"], FACE)
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body, is_error=True)
+    return _result(body, error=True)
 
 
 def internal_error() -> Json:
