@@ -159,3 +159,20 @@ def test_send_without_a_message_or_a_subscription_is_refused(pair: Pair):
         assert error is True
         assert (answer["error"]["code"], answer["error"]["details"]["field"]) == (
             "INVALID_ARGUMENT", "message")
+
+
+@pytest.mark.parametrize(("tool", "schema"), [
+    ("send_message", "SendIn"), ("subscribe_idle", "SubscriptionIn"),
+    ("set_presence", "PresenceIn")])
+def test_a_tool_takes_exactly_its_http_twins_fields(pair: Pair, tool: str, schema: str):
+    async def listed() -> Json:
+        async with mcp(pair.project, pair.alice) as tools:
+            found = {t.name: t for t in (await tools.client.list_tools()).tools}
+            return found[tool].input_schema
+
+    mcp_schema = asyncio.run(listed())
+    doc = pair.alice.api.http.get("/openapi.json").json()
+    http_schema = doc["components"]["schemas"][schema]
+    assert set(mcp_schema["properties"]) == set(http_schema["properties"])
+    for field, prop in http_schema["properties"].items():
+        assert mcp_schema["properties"][field]["description"] == prop["description"], field
