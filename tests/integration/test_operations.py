@@ -75,7 +75,8 @@ def test_every_refusal_is_counted_by_code_and_face(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     metrics = project.stack.api_url + "/metrics"
     faces = [("INVALID_ARGUMENT", "http"), ("INVALID_ARGUMENT", "mcp"), ("NOT_FOUND", "http"),
-             ("UNAUTHENTICATED", "mcp"), ("RECIPIENT_NOT_FOUND", "mcp")]
+             ("UNAUTHENTICATED", "mcp"), ("RECIPIENT_NOT_FOUND", "mcp"),
+             ("BODY_TOO_LARGE", "http")]
     labels = [f'code="{code}",face="{face}"' for code, face in faces]
     before = httpx.get(metrics).text
 
@@ -84,6 +85,9 @@ def test_every_refusal_is_counted_by_code_and_face(project: Project):
     assert refused.status_code == 422
     assert alice.api.http.get("/v1/messages/msg_nothing").status_code == 404
     assert httpx.post(project.stack.api_url + "/mcp", json={}).status_code == 401
+    too_large = alice.api.http.post("/v1/messages", content=b"x" * 2 * 1024 * 1024,
+                                    headers={"Content-Type": "application/json"})
+    assert too_large.status_code == 413
 
     async def over_mcp() -> None:
         async with mcp(project, alice) as tools:
