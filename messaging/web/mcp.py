@@ -32,7 +32,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging import __version__ as COURIER_VERSION
 from messaging.config import Settings
-from messaging.errors import CourierError, invalid, store_full, store_unavailable
+from messaging.errors import (
+    CourierError,
+    from_validation,
+    invalid,
+    store_full,
+    store_unavailable,
+)
 from messaging.models import (
     SUMMARY_HELP,
     InboxQuery,
@@ -44,7 +50,6 @@ from messaging.models import (
     SendIn,
     SubscriptionIn,
     Summary,
-    invalid_argument_details,
 )
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
@@ -129,12 +134,6 @@ def internal_error() -> Json:
                    "unknown: retry later (a send with the same idempotency_key)"}}
 
 
-def invalid_arguments(exc: ValidationError) -> CourierError:
-    """Pydantic's errors as the API's INVALID_ARGUMENT, the first field named."""
-    message, details = invalid_argument_details(exc.errors())
-    return CourierError("INVALID_ARGUMENT", message, details)
-
-
 async def run_tool(ctx: Context, call: Call) -> CallToolResult:
     """Run one service call as the request's agent; its JSON, or its error as a tool error."""
     request: Any = ctx.request_context.request  # the HTTP request that carried this call
@@ -146,7 +145,7 @@ async def run_tool(ctx: Context, call: Call) -> CallToolResult:
     except CourierError as exc:
         error = exc
     except ValidationError as exc:
-        error = invalid_arguments(exc)
+        error = from_validation(exc)
     except redis.exceptions.OutOfMemoryError:
         error = store_full()
     except STORE_DOWN:
@@ -424,7 +423,7 @@ class CourierMCP(MCPServer):
         try:
             args = tool.validate(arguments)
         except ValidationError as exc:
-            return tool_error(invalid_arguments(exc).body())
+            return tool_error(from_validation(exc).body())
         return await run_tool(context, lambda svc, who: tool.run(svc, who, args))
 
 
