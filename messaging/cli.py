@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from messaging import __version__
+from messaging import __version__, cli_backup
 from messaging.client import CourierAPIError, CourierClient, Event
 from messaging.config import get_settings
 
@@ -622,6 +622,10 @@ def lane(
                   "that reaches the store and broker)")
     else:
         out.print(f"project {project_id} is on the shared queues (waiting: {backlog})")
+
+
+app.command("backup")(cli_backup.backup)
+app.command("restore")(cli_backup.restore)
 
 
 def main() -> None:
