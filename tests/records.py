@@ -9,16 +9,16 @@ from messaging.client import CourierClient
 
 Json = dict[str, Any]
 
-# Fields of the views that say how things are now, not what was stored.
-LIVE_FIELDS = {"presence", "online", "streams", "idle_s", "last_seen_s", "age_s"}
+# Fields of the views that say how things are now (reading moves them), not what was stored.
+LIVE_FIELDS = {"presence", "last_active_ts"}
 
 
-def _stable(value: Any) -> Any:
+def stable(value: Any) -> Any:
     """``value`` without the fields computed from the clock at the time of asking."""
     if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in LIVE_FIELDS}
+        return {k: stable(v) for k, v in value.items() if k not in LIVE_FIELDS}
     if isinstance(value, list):
-        return [_stable(v) for v in value]
+        return [stable(v) for v in value]
     return value
 
 
@@ -39,7 +39,7 @@ def agent_records(api: CourierClient) -> Json:
             deliveries[mid] = api.message_deliveries(mid)
         except Exception:  # noqa: BLE001 - a recipient may not see a message's deliveries
             deliveries[mid] = None
-    return _stable({"inbox": items, "messages": messages, "threads": threads,
+    return stable({"inbox": items, "messages": messages, "threads": threads,
                     "deliveries": deliveries})
 
 
@@ -52,4 +52,4 @@ def project_records(operator: CourierClient, project_token: str, project_id: str
     for name, token in sorted(agent_tokens.items()):
         with CourierClient(url, token) as api:
             out["by_agent"][name] = agent_records(api)
-    return _stable(out)
+    return stable(out)

@@ -10,6 +10,7 @@ from celery import Celery, signals
 
 from messaging.config import SettingsError, get_settings
 from messaging.runtime.celeryconf import celery_config
+from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 
 app = Celery("courier", include=["workers.tasks", "workers.retention"])
@@ -42,5 +43,17 @@ def _freeze_loaded(**_: Any) -> None:
     gc.freeze()
 
 
+def _check_worker(**_: Any) -> None:
+    """A worker starts only on data of a layout this code knows."""
+    check_at_start(get_settings().store_url, "worker")
+
+
+def _check_beat(**_: Any) -> None:
+    """Beat starts only on data of a layout this code knows."""
+    check_at_start(get_settings().store_url, "beat")
+
+
+signals.worker_init.connect(_check_worker, weak=False)
+signals.beat_init.connect(_check_beat, weak=False)
 signals.celeryd_after_setup.connect(_freeze_loaded, weak=False)
 signals.worker_ready.connect(_freeze_loaded, weak=False)

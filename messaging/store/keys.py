@@ -13,6 +13,11 @@ Only ring_next touches one (its ring, alone), so no script crosses cluster slots
     courier:lanes                          set    lane names given to projects        no TTL
     courier:sx:pending                     set    projects with dispatched messages waiting
                                                   to be indexed for search            no TTL
+    courier:data_version                   string the layout version of the data in the
+                                                  store (store/version.py); absent:
+                                                  version 1, or a new store           no TTL
+    courier:migration_lock                 string the process migrating the data forward
+                                                                                 lock time
 
 Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
@@ -100,6 +105,8 @@ SUBSCRIPTION_KEEP_S = IDEMPOTENCY_TTL_S
 PROJECTS = f"{PREFIX}:projects"
 LANES = f"{PREFIX}:lanes"
 SEARCH_PENDING = f"{PREFIX}:sx:pending"
+DATA_VERSION = f"{PREFIX}:data_version"
+MIGRATION_LOCK = f"{PREFIX}:migration_lock"
 
 
 def _digest(value: str) -> str:

@@ -21,6 +21,7 @@ from messaging import __version__
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
+from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
         quiet_per_event_logs(settings)
+        check_at_start(settings.store_url, "api")
         store = Store.from_url(settings.store_url)
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
