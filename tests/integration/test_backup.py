@@ -106,6 +106,7 @@ def assert_same_mail(source: Stack, restored: Stack, pid: str, tokens: dict[str,
         nobody.inbox()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_backup_under_load_restores_every_record_and_token(tmp_path: Path):
     source = make_stack(tmp_path / "source", store_kind="node")

@@ -3,7 +3,8 @@ and beat are replaced one at a time while mail flows, and nothing is lost.
 
 The previous release is its own source, taken from git (the commit that wrote
 tests/fixtures/previous_release) and run on PYTHONPATH with this venv: its own
-``messaging`` and ``workers`` packages, the same dependencies.
+``messaging`` and ``workers`` packages and its own package metadata (the
+transports' entry points name its modules), the same dependencies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +39,18 @@ def previous_release(dest: Path) -> Path:
                     " history (a shallow clone or an exported tree)")
     dest.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "messaging",
-                              "workers"], capture_output=True, check=True).stdout
+                              "workers", "pyproject.toml"], capture_output=True,
+                             check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # Its metadata, found before this release's installed one (first on the path wins).
+    project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
+    info = dest / f"agent_courier-{project['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items())
+        for group, points in project.get("entry-points", {}).items()))
     return dest
 
 
