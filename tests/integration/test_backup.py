@@ -18,7 +18,7 @@ from messaging.client import CourierAPIError
 from messaging.config import OPERATOR_TOKEN_FILE
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.service import archive
-from messaging.store import connect, keys
+from messaging.store import connect, keys, version
 from tests.stack import ROOT, Stack, free_port, make_stack, wait_until
 
 Json = dict[str, Any]
@@ -212,3 +212,22 @@ def test_restore_into_an_external_store_fills_only_an_empty_one(tmp_path: Path, 
             assert r.get(keys.DATA_VERSION) is None  # migrated when Courier starts on it
     finally:
         empty.stop()
+
+
+def test_backup_says_when_the_store_does_not_answer(tmp_path: Path):
+    env = {"PATH": "/usr/bin:/bin", "COURIER_DATA_DIR": str(tmp_path / "data"),
+           "COURIER_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    answer = courier(env, "backup", str(tmp_path / "backup"))
+    assert answer.returncode == 6 and "the store did not answer" in answer.stderr
+
+
+def test_restore_refuses_a_backup_of_newer_data(tmp_path: Path):
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "store.rdb").write_bytes(b"REDIS0011")
+    (tmp_path / "backup" / "manifest.json").write_text(json.dumps(
+        {"format": 1, "data_version": version.CURRENT + 1}))
+    env = {"PATH": "/usr/bin:/bin", "COURIER_DATA_DIR": str(tmp_path / "data")}
+    answer = courier(env, "restore", str(tmp_path / "backup"))
+    assert answer.returncode == 1
+    assert f"data version {version.CURRENT + 1}, newer than data version" in answer.stderr
+    assert not (tmp_path / "data").exists()

@@ -4,14 +4,16 @@ older data migrated forward at start, newer data refused by every process."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from messaging.runtime.backup import copy_into_store
-from messaging.store import keys, version
+from messaging.runtime.embedded import EmbeddedStore
+from messaging.store import connect, keys, version
 from tests.records import project_records, stable
-from tests.stack import START_TIMEOUT_S, Stack, make_stack, wait_until
+from tests.stack import START_TIMEOUT_S, Stack, free_port, make_stack, wait_until
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "previous_release"
 
@@ -79,5 +81,49 @@ def test_the_previous_release_s_data_is_migrated_and_every_record_reads_the_same
             sent = dave.send(["Carol"], "after the upgrade", "new code, old data")
             wait_until(lambda: any(m["id"] == sent["id"] for m in carol.iter_inbox()),
                        what="a new message on the migrated data")
+    finally:
+        stack.stop()
+
+
+def test_processes_starting_together_migrate_once(tmp_path: Path):
+    store = EmbeddedStore(tmp_path / "store", port=free_port())
+    store.start()
+    try:
+        copy_into_store(FIXTURE / "store.rdb", store.url)
+        found: list[int | None] = []
+
+        def start() -> None:
+            with connect.sync_client(store.url) as r:
+                found.append(version.ensure_current(r))
+
+        threads = [threading.Thread(target=start) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        with connect.sync_client(store.url) as r:
+            assert r.get(keys.DATA_VERSION) == str(version.CURRENT)
+            assert not r.exists(keys.MIGRATION_LOCK)
+        # Each saw version 1 or, if it came after the migration, the current one.
+        assert len(found) == 8 and set(found) <= {version.UNVERSIONED, version.CURRENT}
+    finally:
+        store.stop()
+
+
+@pytest.mark.timeout(120)
+def test_an_api_started_before_its_store_stops_once_it_finds_newer_data(tmp_path: Path):
+    stack = make_stack(tmp_path, store_kind="node")
+    try:
+        with stack.redis() as r:
+            r.set(keys.DATA_VERSION, version.CURRENT + 1)
+        stack.procs.pop().stop()
+        store = stack.store
+        store.stop()  # the AOF keeps the newer version
+        api, _ = stack.start_api()  # answers /healthz with the store still down
+        assert isinstance(store, EmbeddedStore)
+        stack.store = EmbeddedStore(store.data_dir, port=store.port)
+        stack.store.start()
+        wait_until(lambda: not api.alive(), START_TIMEOUT_S, what="the API to stop")
+        assert f"the store holds data version {version.CURRENT + 1}" in api.tail()
     finally:
         stack.stop()
