@@ -107,6 +107,7 @@ class Sender:
         wait_until(lambda: len(self.sent) >= target, 30, what=f"{more} more sends")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_rolling_upgrade_from_the_previous_release_loses_no_mail(tmp_path: Path):
     old = previous_release(tmp_path / "previous")
