@@ -48,7 +48,7 @@ def _show(manifest: dict[str, Any], as_json: bool, what: str) -> None:
 
 
 def backup(
-    dest: Annotated[Path, typer.Argument(help="a new (or empty) directory to write it into")],
+    dest: Annotated[Path, typer.Argument(help="a new (or empty) directory, or a new DEST.tar.gz")],
     as_json: AsJson = False,
 ) -> None:
     """Back up the running deployment: one snapshot of the store, the archive, the
@@ -58,7 +58,7 @@ def backup(
 
 
 def restore(
-    src: Annotated[Path, typer.Argument(help="a directory written by `courier backup`")],
+    src: Annotated[Path, typer.Argument(help="a directory or .tar.gz written by `courier backup`")],
     as_json: AsJson = False,
 ) -> None:
     """Fill an empty data directory (COURIER_DATA_DIR) from a backup; with COURIER_REDIS_URL,

@@ -1,6 +1,6 @@
 """Backups of a running Courier, and restores into an empty data dir.
 
-A backup is one directory::
+A backup is one directory (or the same in a tarball, ``.tar.gz``)::
 
     manifest.json     what it holds: format, data version, Courier version, time
     store.rdb         the whole store at one moment, as the store itself wrote it
@@ -31,6 +31,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ from messaging.config import OPERATOR_TOKEN_FILE, STORE_PASSWORD_FILE, Settings
 from messaging.store import connect, version
 
 FORMAT = 1
+TARBALL_SUFFIXES = (".tar.gz", ".tgz")
 MANIFEST = "manifest.json"
 SNAPSHOT = "store.rdb"
 ARCHIVE = "archive"
@@ -192,13 +194,35 @@ def _write_private(path: Path, data: bytes) -> None:
         out.write(data)
 
 
+def _is_tarball(path: Path) -> bool:
+    return path.name.endswith(TARBALL_SUFFIXES)
+
+
 def backup(settings: Settings, dest: Path) -> dict[str, Any]:
-    """Write a backup of the running deployment into the new directory ``dest``; its manifest.
+    """Write a backup of the running deployment into the new directory ``dest``, or the
+    new tarball ``dest`` (``.tar.gz``, ``.tgz``); its manifest.
 
     Raises:
-        BackupError: ``dest`` exists and is not empty, or the store refused.
+        BackupError: ``dest`` exists (a directory: and is not empty), or the store refused.
         redis.ConnectionError and the like (STORE_DOWN): the store did not answer.
     """
+    if not _is_tarball(dest):
+        return _backup_into(settings, dest)
+    if dest.exists():
+        raise BackupError(f"{dest} exists")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".courier-backup-", dir=dest.parent) as tmp:
+        manifest = _backup_into(settings, Path(tmp) / "backup")
+        draft = dest.with_name(f".{dest.name}.partial")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            tar.add(Path(tmp) / "backup", arcname=".")
+        draft.rename(dest)
+    return manifest
+
+
+def _backup_into(settings: Settings, dest: Path) -> dict[str, Any]:
+    """Write a backup into the new (or empty) directory ``dest``; its manifest."""
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest} exists and is not an empty directory")
     client = connect.sync_client(settings.store_url)
@@ -260,14 +284,27 @@ def _empty(path: Path) -> bool:
 
 
 def restore(settings: Settings, src: Path) -> dict[str, Any]:
-    """Fill the empty data dir (and, when external, the empty store) from a backup; its
-    manifest.
+    """Fill the empty data dir (and, when external, the empty store) from a backup, a
+    directory or a tarball; its manifest.
 
     Raises:
         BackupError: the data dir, the archive dir or the external store is not empty,
             or ``src`` is not a backup.
         DataVersionError: the backup's data is newer than this code knows.
     """
+    if not _is_tarball(src):
+        return _restore_from(settings, src)
+    with tempfile.TemporaryDirectory(prefix="courier-restore-") as tmp:
+        try:
+            with tarfile.open(src, "r:gz") as tar:
+                tar.extractall(tmp, filter="data")  # nothing outside tmp, no devices
+        except (OSError, tarfile.TarError) as exc:
+            raise BackupError(f"{src} is not a Courier backup: {exc}") from exc
+        return _restore_from(settings, Path(tmp))
+
+
+def _restore_from(settings: Settings, src: Path) -> dict[str, Any]:
+    """Fill the empty data dir (and external store) from a backup directory; its manifest."""
     manifest = read_manifest(src)
     data_dir, archive_root = settings.data_dir, settings.archive_root
     for target in (data_dir, archive_root):

@@ -4,7 +4,6 @@ data dir (docs/operations.md, Backup and restore), compared record by record."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from messaging.config import OPERATOR_TOKEN_FILE
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.service import archive
 from messaging.store import connect, keys, version
+from tests.integration.conftest import Project
 from tests.stack import ROOT, Stack, free_port, make_stack, wait_until
 
 Json = dict[str, Any]
@@ -186,17 +186,14 @@ def test_restore_refuses_what_is_not_a_backup(tmp_path: Path):
 
 
 
-def test_restore_into_an_external_store_fills_only_an_empty_one(tmp_path: Path, stack: Stack):
-    fixture = ROOT / "tests" / "fixtures" / "previous_release"
-    backup_dir = tmp_path / "backup"
-    backup_dir.mkdir()
-    shutil.copyfile(fixture / "store.rdb", backup_dir / "store.rdb")
-    (backup_dir / "manifest.json").write_text(json.dumps(
-        {"format": 1, "data_version": 1, "courier_version": "0.1.0", "store_bytes": 0,
-         "taken_ts": "2026-12-03T11:46:10Z", "archive_files": 0, "files": ["store.rdb"]}))
-    env = {k: v for k, v in stack.env.items() if k != "COURIER_OPERATOR_TOKEN"}
-    busy = courier({**env, "COURIER_DATA_DIR": str(tmp_path / "a")}, "restore",
-                   str(backup_dir))
+def test_a_tarball_backup_restores_into_an_empty_external_store_only(tmp_path: Path,
+                                                                     project: Project):
+    env = {k: v for k, v in project.stack.env.items() if k != "COURIER_OPERATOR_TOKEN"}
+    tarball = tmp_path / "courier.tar.gz"
+    made = courier(env, "backup", str(tarball))
+    assert made.returncode == 0, made.stderr
+    assert tarball.stat().st_mode & 0o777 == 0o600
+    busy = courier({**env, "COURIER_DATA_DIR": str(tmp_path / "a")}, "restore", str(tarball))
     assert busy.returncode == 1 and "a restore only fills an empty store" in busy.stderr
     assert not (tmp_path / "a").exists()
 
@@ -204,12 +201,11 @@ def test_restore_into_an_external_store_fills_only_an_empty_one(tmp_path: Path, 
     empty.start()
     try:
         put = courier({**env, "COURIER_REDIS_URL": empty.url,
-                       "COURIER_DATA_DIR": str(tmp_path / "b")}, "restore", str(backup_dir))
+                       "COURIER_DATA_DIR": str(tmp_path / "b")}, "restore", str(tarball))
         assert put.returncode == 0, put.stderr
-        project_id = json.loads((fixture / "expected.json").read_text())["project_id"]
         with connect.sync_client(empty.url) as r:
-            assert r.hget(keys.project(project_id), "id") == project_id
-            assert r.get(keys.DATA_VERSION) is None  # migrated when Courier starts on it
+            assert r.hget(keys.project(project.project_id), "id") == project.project_id
+            assert r.get(keys.DATA_VERSION) == str(version.CURRENT)
     finally:
         empty.stop()
 
