@@ -9,14 +9,23 @@ from messaging.client import CourierClient
 
 Json = dict[str, Any]
 
-# Fields of the views that say how things are now (reading moves them), not what was stored.
-LIVE_FIELDS = {"presence", "last_active_ts"}
+# What a record is made of: the fields compared. Views may gain fields, or show
+# others differently (labels, presence, last activity), and still hold the same data.
+ID_FIELDS = {"id", "delivery_id", "agent_id", "project_id", "n"}  # n: an attempt
+FACTS = ID_FIELDS | {
+    "project_key", "name", "ref", "status", "registered_ts", "transport",  # projects, agents
+    "thread_id", "subject", "body_md", "to", "cc", "topic", "in_reply_to", "sender_id",
+    "created_ts", "read_ts", "ack_ts", "importance", "ack_required",  # messages
+    "message_id", "outcome", "stage", "stages", "attempts", "held", "target",  # deliveries
+    "started_ts", "ended_ts",  # attempts
+}
 
 
 def stable(value: Any) -> Any:
-    """``value`` without the fields computed from the clock at the time of asking."""
+    """``value`` with each record (a dict with an id) cut down to its ``FACTS``."""
     if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in LIVE_FIELDS}
+        record = bool(ID_FIELDS & value.keys())
+        return {k: stable(v) for k, v in value.items() if not record or k in FACTS}
     if isinstance(value, list):
         return [stable(v) for v in value]
     return value
@@ -39,8 +48,8 @@ def agent_records(api: CourierClient) -> Json:
             deliveries[mid] = api.message_deliveries(mid)
         except Exception:  # noqa: BLE001 - a recipient may not see a message's deliveries
             deliveries[mid] = None
-    return stable({"inbox": items, "messages": messages, "threads": threads,
-                    "deliveries": deliveries})
+    return {"inbox": items, "messages": messages, "threads": threads,
+            "deliveries": deliveries}
 
 
 def project_records(operator: CourierClient, project_token: str, project_id: str,
@@ -52,4 +61,4 @@ def project_records(operator: CourierClient, project_token: str, project_id: str
     for name, token in sorted(agent_tokens.items()):
         with CourierClient(url, token) as api:
             out["by_agent"][name] = agent_records(api)
-    return stable(out)
+    return out

@@ -77,7 +77,7 @@ def test_the_previous_release_s_data_is_migrated_and_every_record_reads_the_same
         pid, tokens = expected["project_id"], expected["tokens"]
         with stack.operator() as op:
             got = project_records(op, expected["project_token"], pid, tokens, stack.api_url)
-        assert got == stable(expected["records"])
+        assert stable(got) == stable(expected["records"])
         for replay in expected["replays"]:  # idempotency records of the old release hold
             with stack.client(tokens[replay["agent"]]) as api_client:
                 again = api_client.request("POST", "/v1/messages", json=replay["body"])
