@@ -120,6 +120,15 @@ class CourierClient:
             body["name"] = name
         return self.request("POST", "/v1/projects", json=body)
 
+    def projects(self, cursor: str | None = None, limit: int = 50) -> Json:
+        """One page of every project (operator token): ``{"projects", "next_cursor"}``."""
+        params: Json = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self.request("GET", "/v1/projects", params=params)
+
+    def new_project_token(self, project_id: str) -> Json:
+        """A new project token (operator token); the old one stops working at once."""
+        return self.request("POST", f"/v1/projects/{project_id}/token")
+
     def project(self, project_id: str) -> Json:
         """A project, its lane and its backlog per transport (operator or project token)."""
         return self.request("GET", f"/v1/projects/{project_id}")

@@ -21,7 +21,10 @@ Only ring_next touches one (its ring, alone), so no script crosses cluster slots
 
 Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
-                                                  lane (absent: the shared queues)   no TTL
+                                                  lane (absent: the shared queues),
+                                                  token_hash (the live project token's
+                                                  sha256; absent in projects made before
+                                                  it was kept: any of their tokens)  no TTL
     :ready:<transport>                     zset   delivery ids waiting for a worker's
                                                   turn at this project, by sequence    no TTL
     :seq                                   string monotonic sequence (inbox scores)  no TTL

@@ -63,3 +63,4 @@ class Scripts:
         self.index_message = load("index_message")
         self.trim_index_queue = load("trim_index_queue")
         self.release_held = load("release_held")
+        self.replace_project_token = load("replace_project_token")

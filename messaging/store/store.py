@@ -84,20 +84,27 @@ class Store:
         that stopped halfway admits no one. A known scope is cached for
         ``TOKEN_CACHE_S`` only: a token revoked by any API process is refused by
         every other one within that time (and at once by the process that revoked it).
+        A project token is checked against its project's live token on every
+        call, so a new project token refuses the old one at once in every process.
         """
         now = time.monotonic()
         cached = self.scopes.get(token_hash)
         if cached is not None and now - cached[0] < TOKEN_CACHE_S:
-            return cached[1]
-        scope = _hash(await self.client.hgetall(keys.token(token_hash)))
-        if scope.get("kind") == "agent":
-            live = await self.client.get(keys.agent_token(scope["project_id"], scope["agent_id"]))
-            if live is None or str(live) != token_hash:
-                scope = {}
-        if scope:
-            self.scopes.put(token_hash, (now, scope))
+            scope = cached[1]
         else:
-            self.scopes.drop(token_hash)
+            scope = _hash(await self.client.hgetall(keys.token(token_hash)))
+            if scope.get("kind") == "agent":
+                live = await self.client.get(
+                    keys.agent_token(scope["project_id"], scope["agent_id"]))
+                if live is None or str(live) != token_hash:
+                    scope = {}
+            if scope:
+                self.scopes.put(token_hash, (now, scope))
+            else:
+                self.scopes.drop(token_hash)
+        if scope.get("kind") == "project" and not await self._live_project_token(
+                scope["project_id"], token_hash):
+            return {}
         return scope
 
     async def _forget_token(self, token_hash: str) -> None:
@@ -141,6 +148,49 @@ class Store:
         _, agent = await self._change_token(project_id, agent_id, status)
         return agent
 
+    async def _live_project_token(self, project_id: str, token_hash: str) -> bool:
+        """True unless the project holds another token (a project made before its
+        token's hash was kept has none recorded: its token stands)."""
+        live = await self.client.hget(keys.project(project_id), "token_hash")
+        return live is None or str(live) == token_hash
+
+    async def replace_project_token(self, project_id: str, token_hash: str) -> bool:
+        """Make ``token_hash`` the project's one token, the old one revoked in the
+        same step; False when there is no such project (nothing kept)."""
+        # The token's scope first: the moment the swap makes it live, it works.
+        await self.client.hset(keys.token(token_hash),
+                               mapping={"kind": "project", "project_id": project_id})
+        old = await self.scripts.replace_project_token(keys=[keys.project(project_id)],
+                                                       args=[token_hash])
+        if old is None:
+            await self.client.delete(keys.token(token_hash))
+            return False
+        if old:
+            # Already refused (no longer the live one); this only tidies up.
+            await self.client.delete(keys.token(str(old)))
+            self.scopes.drop(str(old))
+        return True
+
+    async def project_page(self, after: str, count: int) -> list[str]:
+        """Up to ``count`` project ids after ``after`` ("" from the start), in id order."""
+        ids_ = sorted(str(p) for p in await self.client.smembers(keys.PROJECTS))
+        return [p for p in ids_ if p > after][:count]
+
+    async def project_summaries(self, project_ids: list[str], kinds: list[str]
+                                ) -> list[tuple[Json, list[str], list[int]]]:
+        """For each project: its hash, its agents' JSON and its ready counts per kind."""
+        pipe = self.client.pipeline(transaction=False)
+        for pid in project_ids:
+            pipe.hgetall(keys.project(pid))
+            pipe.hvals(keys.agents(pid))
+            for kind in kinds:
+                pipe.zcard(keys.ready(pid, kind))
+        found = await pipe.execute()
+        step = 2 + len(kinds)
+        return [(_hash(found[i]), [str(a) for a in found[i + 1]],
+                 [int(n) for n in found[i + 2:i + step]])
+                for i in range(0, len(found), step)]
+
     async def identity(self, project_id: str, agent_id: str) -> Json | None:
         """An agent's id, name, ref, bound source and project key (cached), or None."""
         found = self.identities.get((project_id, agent_id))
@@ -163,7 +213,8 @@ class Store:
         # The project and its token sit in two cluster slots: no transaction can
         # hold both, so whatever a full store (OOM) let through is taken back below.
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(keys.project(pid), mapping={k: str(v) for k, v in project.items()})
+        pipe.hset(keys.project(pid), mapping={**{k: str(v) for k, v in project.items()},
+                                              "token_hash": token_hash})
         pipe.hset(keys.token(token_hash), mapping={"kind": "project", "project_id": pid})
         claimed = False
         try:

@@ -62,6 +62,25 @@ class Project(Answer):
         description="deliveries waiting for a worker, per installed transport")
 
 
+class ProjectRow(Answer):
+    """One project in the operator's list."""
+
+    project_id: str
+    project_key: str
+    name: str | None
+    agents: int = Field(description="active agents")
+    lane: str | None = Field(description="null on the shared queues")
+    backlog: dict[str, int] = Field(
+        description="deliveries waiting for a worker, per installed transport")
+
+
+class Projects(Answer):
+    """A page of projects in id order; pass ``next_cursor`` back (null: the last page)."""
+
+    projects: list[ProjectRow]
+    next_cursor: str | None
+
+
 class Transport(Answer):
     """An agent's transport as listed: its kind, and an endpoint's health."""
 

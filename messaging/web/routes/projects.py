@@ -1,12 +1,15 @@
-"""Projects and agents: creation, registration, status, presence."""
+"""Projects and agents: creation, the operator's list, tokens, registration, status,
+presence."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from messaging.models import AgentIn, PresenceIn, ProjectIn
-from messaging.service import directory
+from messaging.models import INBOX_LIMIT_MAX, AgentIn, PresenceIn, ProjectIn
+from messaging.service import directory, projects
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
 
@@ -17,6 +20,23 @@ router = APIRouter(tags=["projects and agents"])
 async def create_project(body: ProjectIn, svc: Svc, who: Who) -> JSONResponse:
     """Create a project (operator)."""
     return ok(await directory.create_project(svc.store, who, body), 201)
+
+
+@router.get("/v1/projects", response_model=answers.Projects)
+async def list_projects(
+    svc: Svc, who: Who,
+    cursor: Annotated[str | None, Query(description="a next_cursor from before")] = None,
+    limit: Annotated[int, Query(ge=1, le=INBOX_LIMIT_MAX)] = 50,
+) -> JSONResponse:
+    """Every project, a page at a time, with its agents, lane and backlog (operator)."""
+    return ok(await projects.list_projects(svc.store, who, cursor, limit))
+
+
+@router.post("/v1/projects/{project_id}/token", status_code=201,
+             response_model=answers.ProjectCreated)
+async def new_project_token(project_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """A new project token, shown once; the old one stops working at once (operator)."""
+    return ok(await projects.new_project_token(svc.store, who, project_id), 201)
 
 
 @router.post("/v1/projects/{project_id}/agents", status_code=201,
