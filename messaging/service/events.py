@@ -217,6 +217,12 @@ def _batch(listener: Listener, first: tuple[str, Json]) -> list[tuple[str, Json]
     return batch
 
 
+async def release(store: Store, caller: Caller, stream: str) -> None:
+    """Give back the slot ``stream`` holds (nothing to do when it holds none)."""
+    project_id, agent_id = caller.require_agent()
+    await store.live.release_stream(project_id, agent_id, stream)
+
+
 async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
                  ) -> AsyncIterator[ServerSentEvent]:
     """The caller's events after ``after``, as they come, until the client leaves

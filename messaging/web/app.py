@@ -32,6 +32,7 @@ from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.fairshare import ProjectShare
 from messaging.web.guard import Gate, Projects
+from messaging.web.head import HeadAsGet
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
 from messaging.web.refusals import CountRefusals
@@ -132,6 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: a project's requests past its fair share wait before any work on them.
     app.add_middleware(ProjectShare, projects=token_projects,
                        streams=[live.EVENTS_PATH, MCP_PATH])
+    # Outside it: every layer below sees a HEAD as the GET it stands for.
+    app.add_middleware(HeadAsGet)
     # Outermost of all: every error answer, whoever made it, is counted on its way out.
     app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
     app.add_exception_handler(CourierError, _courier_error)

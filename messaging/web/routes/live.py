@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from messaging.errors import not_found
 from messaging.models import SubscriptionIn
@@ -29,9 +30,12 @@ async def agent_events(
     start = await events.start(svc.store, who, given)
     stream = uuid.uuid4().hex
     await events.claim(svc.store, who, stream)
+    # The slot is given back after the response whatever happened, even when the
+    # stream never started (a HEAD, or a client gone before the first event).
     return EventSourceResponse(events.stream(svc.store, svc.hub, who, stream, start),
                                ping=events.HEARTBEAT_S,
-                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+                               background=BackgroundTask(events.release, svc.store, who, stream))
 
 
 @router.post("/v1/subscriptions", status_code=201, response_model=answers.Subscription)
