@@ -15,7 +15,7 @@ from rich.table import Table
 
 from messaging import __version__, cli_backup
 from messaging.client import CourierAPIError, CourierClient, Event
-from messaging.config import get_settings
+from messaging.config import OperatorTokenMissing, get_settings
 
 # Help text is plain text: Rich markup would eat `Name [ref]` and `[default: ...]`.
 app = typer.Typer(help="Courier: Markdown messages between the agents of one project.",
@@ -112,22 +112,55 @@ def up(
     raise typer.Exit(run_up(settings) if lane is None else run_lane(settings, lane))
 
 
+@app.command()
+def init() -> None:
+    """Create the data directory (COURIER_DATA_DIR) and the operator token in it, once.
+
+    Run it once per deployment before starting its processes one by one
+    (`courier run NAME`, honcho, Compose); `courier up` does it by itself.
+    """
+    from messaging.runtime.supervisor import init_home
+
+    settings = get_settings()
+    data_dir, created = init_home(settings)
+    out.print(f"data: {data_dir} (COURIER_DATA_DIR)", markup=False, highlight=False)
+    if settings.operator_token:
+        out.print("operator token: the one in COURIER_OPERATOR_TOKEN (no file written)")
+    elif created:
+        out.print(f"operator token: created in {settings.operator_token_path.resolve()}",
+                  markup=False, highlight=False)
+    else:
+        out.print(f"operator token: already in {settings.operator_token_path.resolve()}",
+                  markup=False, highlight=False)
+
+
 @app.command("run")
 def run_process(
     name: Annotated[str, typer.Argument(
         help="a process of the Procfile (api, workers, beat, flower, ...), or worker-<transport> "
              "for one transport's worker")],
 ) -> None:
-    """Run one process of the Procfile in the foreground (what each container runs)."""
+    """Run one process of the Procfile in the foreground (what each container runs).
+
+    Every process but the store needs the deployment's operator token in
+    COURIER_DATA_DIR (or COURIER_OPERATOR_TOKEN): without it, it does not start.
+    """
     from messaging.runtime import procfile, workerpool
 
-    try:
-        if name in procfile.read():
-            procfile.exec_process(name)
-        workerpool.exec_worker(name)
-    except KeyError:
-        _fail(f"no process {name!r} in the Procfile; there are: "
-              + ", ".join([*procfile.read(), *workerpool.commands()]))
+    known = [*procfile.read(), *workerpool.commands()]
+    if name not in known:
+        _fail(f"no process {name!r} in the Procfile; there are: " + ", ".join(known))
+    settings = get_settings()
+    err.print(f"data: {settings.data_dir.resolve()} (COURIER_DATA_DIR)", markup=False,
+              highlight=False)
+    if name != procfile.STORE:
+        try:
+            settings.require_operator_token()
+        except OperatorTokenMissing as exc:
+            _fail(f"{name} not started: {exc}")
+    if name in procfile.read():
+        procfile.exec_process(name)
+    workerpool.exec_worker(name)
 
 
 def _operator_token(token: str | None) -> tuple[str, str]:

@@ -22,6 +22,10 @@ class SettingsError(ValueError):
     """Settings that cannot work together (a cluster store with no broker of its own)."""
 
 
+class OperatorTokenMissing(SettingsError):
+    """A process that needs the operator token found none where it looked."""
+
+
 CLUSTER_NEEDS_BROKER = (
     "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
     " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
@@ -153,16 +157,32 @@ class Settings(BaseSettings):
         except FileNotFoundError:
             return None
 
-    def resolve_operator_token(self) -> str:
-        """The server's operator token: configured, or generated once into the data dir.
+    def require_operator_token(self) -> str:
+        """The operator token, configured or in the data dir; never creates one.
 
-        Only the server calls this: a client that wrote a token would hold one
-        no server knows.
+        Raises:
+            OperatorTokenMissing: there is none, with where it was looked for.
         """
         found = self.find_operator_token()
         if found:
             return found
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        raise OperatorTokenMissing(
+            f"no operator token: COURIER_OPERATOR_TOKEN is unset and there is no "
+            f"{self.operator_token_path.resolve()} (COURIER_DATA_DIR is {self.data_dir}). "
+            "Point COURIER_DATA_DIR at the deployment's data directory, set "
+            "COURIER_OPERATOR_TOKEN, or create the token with `courier init` (`courier up` "
+            "creates it too)")
+
+    def resolve_operator_token(self) -> str:
+        """The deployment's operator token: configured, or generated once into the data dir.
+
+        Only ``courier up`` and ``courier init`` call this: any other process
+        that wrote a token would hold one the rest of the deployment does not.
+        """
+        found = self.find_operator_token()
+        if found:
+            return found
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         token = "cop_" + secrets.token_urlsafe(32)
         draft = self.data_dir / f".{OPERATOR_TOKEN_FILE}.{os.getpid()}"
         with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:

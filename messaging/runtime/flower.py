@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from messaging.config import Settings, get_settings
+from messaging.config import OperatorTokenMissing, Settings, get_settings
 from messaging.runtime.celeryconf import courier_queues
 from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
@@ -65,7 +65,11 @@ def main() -> None:
     from flower.views import BaseHandler
 
     settings = get_settings()
-    os.environ.update(flower_env(settings.resolve_operator_token()))
+    try:
+        token = settings.require_operator_token()
+    except OperatorTokenMissing as exc:
+        sys.exit(f"flower: {exc}")
+    os.environ.update(flower_env(token))
     BaseHandler.get_active_queue_names = lane_aware(BaseHandler.get_active_queue_names, settings)
     sys.argv = ["celery", "-A", CELERY_APP, "flower", *sys.argv[1:]]
     sys.exit(celery_main())

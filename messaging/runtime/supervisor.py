@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import redis
 
@@ -152,11 +153,24 @@ def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
             return False
 
 
+def init_home(settings: Settings) -> tuple[Path, bool]:
+    """Make the data directory and its operator token unless there is one:
+    (the data directory, whether a token was created). Only ``courier up`` and
+    ``courier init`` call this."""
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    existed = settings.find_operator_token() is not None
+    settings.resolve_operator_token()
+    return data_dir, not existed
+
+
 def _announce(settings: Settings, out: Output) -> None:
-    """Print where the API and Flower answer, and where the operator token is."""
+    """Print the data directory, where the API and Flower answer, and where the
+    operator token is."""
     token_path = settings.operator_token_path
     existed = token_path.exists()
     token = settings.resolve_operator_token()
+    out.line(SUPERVISOR_NAME, f"data:   {settings.data_dir} (COURIER_DATA_DIR)")
     out.line(SUPERVISOR_NAME, f"API:    {_http_url(settings.host, settings.port)}")
     out.line(SUPERVISOR_NAME, f"Flower: {_http_url(settings.flower_host, settings.flower_port)}")
     if settings.operator_token:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from messaging import __version__
-from messaging.config import Settings, get_settings
+from messaging.config import OperatorTokenMissing, Settings, get_settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
 from messaging.runtime.dataversion import check_at_start
@@ -103,11 +104,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
         quiet_per_event_logs(settings)
+        # The server's own start lines go to uvicorn's logger, which every run shows.
+        started = logging.getLogger("uvicorn.error")
+        started.info("Courier data directory: %s", settings.data_dir.resolve())
+        try:
+            operator_token = settings.require_operator_token()
+        except OperatorTokenMissing as exc:
+            started.error("%s", exc)
+            raise
         check_at_start(settings.store_url, "api")
         store = Store.from_url(settings.store_url)
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
-        operator_token = settings.resolve_operator_token()
         svc = Services(settings, store, publisher, operator_token,
                        Gate(store, operator_token, settings.rate_limit_per_s, token_projects),
                        Hub(store))

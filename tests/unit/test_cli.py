@@ -61,9 +61,14 @@ def test_an_operator_command_without_a_token_says_how_to_pass_one_and_writes_not
     assert list(tmp_path.iterdir()) == []  # no .courier/operator-token minted here
 
 
-def test_no_command_can_mint_an_operator_token() -> None:
-    for module in sorted((ROOT / "messaging").glob("cli*.py")):
-        assert "resolve_operator_token" not in module.read_text(), module.name
+def test_only_up_and_init_can_mint_an_operator_token() -> None:
+    minting = {str(path.relative_to(ROOT)) for path in (ROOT / "messaging").rglob("*.py")
+               if "resolve_operator_token(" in path.read_text()}
+    assert minting == {"messaging/config.py", "messaging/runtime/supervisor.py"}
+    supervisor = (ROOT / "messaging/runtime/supervisor.py").read_text()
+    callers = [block.split("(")[0] for block in supervisor.split("\ndef ")[1:]
+               if "resolve_operator_token(" in block]
+    assert callers == ["init_home", "_announce"]
 
 
 def test_run_names_the_procfile_processes_when_asked_for_an_unknown_one() -> None:

@@ -43,11 +43,20 @@ def test_the_schema_check_does_refuse_a_broken_file() -> None:
 def test_every_courier_service_runs_a_process_of_the_procfile() -> None:
     processes = procfile.read()
     for name, service in compose()["services"].items():
-        if name == "store":
+        if name in ("store", "init"):
             continue
         assert service["entrypoint"] == ["courier", "run"], name
         (process,) = service["command"]
         assert process in processes and process != procfile.STORE, name
+
+
+def test_the_token_is_made_once_by_init_before_any_process_starts() -> None:
+    services = compose()["services"]
+    assert services["init"]["entrypoint"] == ["courier", "init"]
+    for name, service in services.items():
+        if name not in ("store", "init"):
+            assert service["depends_on"]["init"] == {
+                "condition": "service_completed_successfully"}, name
 
 
 def test_the_api_publishes_no_fixed_host_port_so_it_can_scale() -> None:
