@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from messaging import __version__, cli_backup
+from messaging.cli_io import (
+    AsJson,
+    Exit,
+    OperatorToken,
+    Token,
+    Url,
+    answer,
+    api_url,
+    call,
+    err,
+    fail,
+    json_text,
+    out,
+    print_json,
+    refused,
+    say,
+    table,
+    unreachable,
+    visible,
+)
 from messaging.client import CourierAPIError, CourierClient, Event
 from messaging.config import OperatorTokenMissing, get_settings
 
@@ -26,48 +42,6 @@ agent_app = typer.Typer(help="Agents (project token).", no_args_is_help=True,
                         rich_markup_mode=None)
 app.add_typer(project_app, name="project")
 app.add_typer(agent_app, name="agent")
-
-# Lines are never broken by Rich: a token or id split over two lines cannot be copied.
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-Url = Annotated[str | None, typer.Option("--url", envvar="COURIER_URL",
-                                         help="API URL [default: from COURIER_HOST/PORT]")]
-Token = Annotated[str | None, typer.Option("--token", envvar="COURIER_TOKEN",
-                                           help="bearer token (project or agent)")]
-AsJson = Annotated[bool, typer.Option("--json", help="print the raw JSON answer")]
-OperatorToken = Annotated[str | None, typer.Option(
-    "--token", envvar="COURIER_OPERATOR_TOKEN",
-    help="operator token [default: the operator-token file in COURIER_DATA_DIR]")]
-
-
-def _url(url: str | None) -> str:
-    if url:
-        return url
-    s = get_settings()
-    return f"http://{s.host}:{s.port}"
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(1)
-
-
-def _call(url: str | None, token: str | None, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    if not token:
-        _fail("no token: pass --token or set COURIER_TOKEN")
-    with CourierClient(_url(url), token) as client:
-        try:
-            return fn(client, *args, **kwargs)
-        except CourierAPIError as e:
-            details = f"\n{json.dumps(e.details, indent=2)}" if e.details else ""
-            _fail(f"{e}{details}")
-        except (httpx.TransportError, OSError) as e:
-            _fail(f"cannot reach {_url(url)}: {e}")
-
-
-def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, ensure_ascii=False))
 
 
 def _show_version(value: bool) -> None:
@@ -123,15 +97,12 @@ def init() -> None:
 
     settings = get_settings()
     data_dir, created = init_home(settings)
-    out.print(f"data: {data_dir} (COURIER_DATA_DIR)", markup=False, highlight=False)
+    say(f"data: {data_dir} (COURIER_DATA_DIR)")
     if settings.operator_token:
-        out.print("operator token: the one in COURIER_OPERATOR_TOKEN (no file written)")
-    elif created:
-        out.print(f"operator token: created in {settings.operator_token_path.resolve()}",
-                  markup=False, highlight=False)
+        say("operator token: the one in COURIER_OPERATOR_TOKEN (no file written)")
     else:
-        out.print(f"operator token: already in {settings.operator_token_path.resolve()}",
-                  markup=False, highlight=False)
+        state = "created in" if created else "already in"
+        say(f"operator token: {state} {settings.operator_token_path.resolve()}")
 
 
 @app.command("run")
@@ -149,15 +120,14 @@ def run_process(
 
     known = [*procfile.read(), *workerpool.commands()]
     if name not in known:
-        _fail(f"no process {name!r} in the Procfile; there are: " + ", ".join(known))
+        fail(f"no process {name!r} in the Procfile; there are: " + ", ".join(known), Exit.USAGE)
     settings = get_settings()
-    err.print(f"data: {settings.data_dir.resolve()} (COURIER_DATA_DIR)", markup=False,
-              highlight=False)
+    err.print(f"data: {settings.data_dir.resolve()} (COURIER_DATA_DIR)")
     if name != procfile.STORE:
         try:
             settings.require_operator_token()
         except OperatorTokenMissing as exc:
-            _fail(f"{name} not started: {exc}")
+            fail(f"{name} not started: {exc}")
     if name in procfile.read():
         procfile.exec_process(name)
     workerpool.exec_worker(name)
@@ -172,9 +142,25 @@ def _operator_token(token: str | None) -> tuple[str, str]:
     found = settings.find_operator_token()
     if found:
         return found, str(path)
-    _fail(f"no operator token: none given, and no {path}.\n"
-          "The server keeps it in its data directory (`courier up` prints where). Pass it with "
-          "--token, set COURIER_OPERATOR_TOKEN, or set COURIER_DATA_DIR to that directory.")
+    fail(f"no operator token: none given, and no {path}.\n"
+         "The server keeps it in its data directory (`courier up` prints where). Pass it with "
+         "--token, set COURIER_OPERATOR_TOKEN, or set COURIER_DATA_DIR to that directory.",
+         Exit.DENIED)
+
+
+def _operator_call(url: str | None, token: str | None, as_json: bool, fn: Any,
+                   *args: Any) -> Any:
+    """``fn(client, *args)`` with the operator token; a 401 says where the token came from."""
+    token, source = _operator_token(token)
+    try:
+        with CourierClient(api_url(url), token) as client:
+            return fn(client, *args)
+    except CourierAPIError as e:
+        hint = (f"\nthe operator token from {source} is not this server's: pass the one in "
+                "its data directory") if e.status == 401 else ""
+        refused(e, as_json, hint)
+    except (httpx.TransportError, OSError) as e:
+        unreachable(url, e)
 
 
 @project_app.command("create")
@@ -186,21 +172,51 @@ def project_create(
     as_json: AsJson = False,
 ) -> None:
     """Create a project; prints its token (shown once)."""
-    token, source = _operator_token(token)
-    try:
-        with CourierClient(_url(url), token) as client:
-            p = client.create_project(str(Path(project_key)), name)
-    except CourierAPIError as e:
-        hint = (f"\nthe operator token from {source} is not this server's: pass the one its "
-                "`courier up` printed") if e.status == 401 else ""
-        _fail(f"{e}{hint}")
-    except (httpx.TransportError, OSError) as e:
-        _fail(f"cannot reach {_url(url)}: {e}")
+    p = _operator_call(url, token, as_json, CourierClient.create_project,
+                       str(Path(project_key)), name)
     if as_json:
-        _print_json(p)
+        print_json(p)
         return
-    out.print(f"project {p['project_id']} ({escape(p['project_key'])})")
-    out.print(f"project token (shown once): {p['token']}")
+    say(f"project {p['project_id']} ({visible(p['project_key'])})")
+    say(f"project token (shown once): {p['token']}")
+
+
+@project_app.command("list")
+def project_list(
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="a next_cursor from before")] = None,
+    url: Url = None,
+    token: OperatorToken = None,
+    as_json: AsJson = False,
+) -> None:
+    """List the projects, a page at a time, with their active agents, lane and backlog."""
+    page = _operator_call(url, token, as_json, CourierClient.projects, cursor, limit)
+    if as_json:
+        print_json(page)
+        return
+    rows = [[p["project_id"], p["project_key"], p["name"] or "", p["agents"],
+             p["lane"] or "-", ", ".join(f"{k} {n}" for k, n in p["backlog"].items())]
+            for p in page["projects"]]
+    out.print(table(["project", "key", "name", "agents", "lane", "waiting"], rows, whole=[0]))
+    if page["next_cursor"]:
+        say(f"more: --cursor {page['next_cursor']}")
+
+
+@project_app.command("token")
+def project_token(
+    project_id: Annotated[str, typer.Argument(help="the project id (prj_...)")],
+    url: Url = None,
+    token: OperatorToken = None,
+    as_json: AsJson = False,
+) -> None:
+    """Issue a project a new token (shown once); its old token stops working at once."""
+    p = _operator_call(url, token, as_json, CourierClient.new_project_token, project_id)
+    if as_json:
+        print_json(p)
+        return
+    say(f"project {p['project_id']} ({visible(p['project_key'])})")
+    say(f"new project token (shown once): {p['token']}")
+    say("the old project token no longer works")
 
 
 @agent_app.command("register")
@@ -227,14 +243,15 @@ def agent_register(
                                                 "parent": parent}.items() if v}
     if hold:
         fields["inbound"] = "hold"
-    a = _call(url, token, CourierClient.register_agent, project_id, name, transport, **fields)
+    a = call(url, token, CourierClient.register_agent, project_id, name, transport,
+             as_json=as_json, **fields)
     if as_json:
-        _print_json(a)
+        print_json(a)
         return
-    out.print(f"agent {escape(a['label'])} ({a['agent_id']})")
-    out.print(f"agent token (shown once): {a['token']}")
+    say(f"agent {visible(a['label'])} ({a['agent_id']})")
+    say(f"agent token (shown once): {a['token']}")
     if a["transport"].get("secret") and not secret:
-        out.print(f"webhook secret (shown once): {a['transport']['secret']}")
+        say(f"webhook secret (shown once): {a['transport']['secret']}")
 
 
 def _agent_id(client: CourierClient, project_id: str, agent: str) -> str:
@@ -248,24 +265,25 @@ def _agent_id(client: CourierClient, project_id: str, agent: str) -> str:
     if len(found) == 1:
         return str(found[0]["agent_id"])
     if not found:
-        _fail(f"no agent {agent!r} in {project_id}")
-    labels = ", ".join(r["label"] for r in found)
-    _fail(f"{len(found)} agents are named {agent!r} ({labels}): give the label or the agent id")
+        fail(f"no agent {visible(agent)!r} in {project_id}", Exit.NOT_FOUND)
+    labels = ", ".join(visible(r["label"]) for r in found)
+    fail(f"{len(found)} agents are named {visible(agent)!r} ({labels}): give the label or the "
+         "agent id", Exit.USAGE)
 
 
 def _set_status(url: str | None, token: str | None, project_id: str, agent: str,
                 status: str, as_json: bool) -> None:
-    def call(client: CourierClient) -> Any:
+    def change(client: CourierClient) -> Any:
         agent_id = _agent_id(client, project_id, agent)
         if status == "retired":
             return client.retire_agent(project_id, agent_id)
         return client.close_agent(project_id, agent_id)
 
-    row = _call(url, token, call)
+    row = call(url, token, change, as_json=as_json)
     if as_json:
-        _print_json(row)
+        print_json(row)
         return
-    out.print(f"{escape(row['label'])} ({row['agent_id']}): {row['status']}")
+    say(f"{visible(row['label'])} ({row['agent_id']}): {row['status']}")
 
 
 AgentArg = Annotated[str, typer.Argument(help="agent id, label 'Name [ref]', or a name one "
@@ -289,17 +307,16 @@ def agent_close(project_id: str, agent: AgentArg, url: Url = None, token: Token 
 @app.command()
 def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
     """List a project's agents."""
-    rows = _call(url, token, CourierClient.list_agents, project_id)
+    found = call(url, token, CourierClient.agents_answer, project_id, as_json=as_json)
     if as_json:
-        _print_json(rows)
+        print_json(found)
         return
-    table = Table("agent", "status", "presence", "transport")
-    table.add_column("last active", no_wrap=True, min_width=len("2026-01-01T00:00:00.000000Z"))
-    for depth, r in _as_tree(rows):
-        hold = " (holds mail)" if r.get("inbound") == "hold" else ""
-        table.add_row("  " * depth + escape(r["label"]) + hold, r["status"], r["presence"],
-                      _transport(r["transport"]), r["last_active_ts"])
-    out.print(table)
+    rows = [["  " * depth + visible(r["label"]) + (" (holds mail)" if r.get("inbound") == "hold"
+                                                    else ""),
+             r["status"], r["presence"] or "", _transport(r["transport"]), r["last_active_ts"]]
+            for depth, r in _as_tree(found["agents"])]
+    out.print(table(["agent", "status", "presence", "transport", "last active"], rows,
+                    whole=[4]))
 
 
 def _as_tree(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -328,11 +345,9 @@ def presence(
     as_json: AsJson = False,
 ) -> None:
     """Report the presence of the token's agent (going idle sends the idle notices)."""
-    row = _call(url, token, CourierClient.set_presence, state)
-    if as_json:
-        _print_json(row)
-        return
-    out.print(f"{escape(row['label'])}: {row['presence']} (last active {row['last_active_ts']})")
+    answer(url, token, as_json, CourierClient.set_presence, state,
+           show=lambda row: say(f"{visible(row['label'])}: {row['presence']} "
+                                f"(last active {row['last_active_ts']})"))
 
 
 @app.command("notify-when-idle")
@@ -350,18 +365,19 @@ def notify_when_idle(
 ) -> None:
     """Get one notice (in the inbox and the event stream) when TARGET next goes idle or exits."""
     message = {"subject": subject, "body_md": body or ""} if subject else None
-    sub = _call(url, token, CourierClient.subscribe_idle, target, message, ttl)
+    sub = call(url, token, CourierClient.subscribe_idle, target, message, ttl, as_json=as_json)
     if as_json:
-        _print_json(sub)
+        print_json(sub)
         return
+    watched = visible(sub["target"])
     if sub["message"]:
-        out.print(f"sent {sub['message']['id']} to {escape(sub['target'])}")
+        say(f"sent {sub['message']['id']} to {watched}")
     if sub["state"] == "notified":
-        out.print(f"{escape(sub['target'])} is already {sub['outcome']}: notice "
-                  f"{sub['notice']['message_id']} sent ({sub['subscription_id']})")
+        say(f"{watched} is already {sub['outcome']}: notice {sub['notice']['message_id']} sent "
+            f"({sub['subscription_id']})")
     else:
-        out.print(f"subscription {sub['subscription_id']}: waiting for {escape(sub['target'])} "
-                  f"until {sub['expires_ts']}")
+        say(f"subscription {sub['subscription_id']}: waiting for {watched} "
+            f"until {sub['expires_ts']}")
 
 
 def _event_line(event: Event) -> str:
@@ -376,7 +392,7 @@ def _event_line(event: Event) -> str:
     if event.event == "delivery":
         return (f"delivery {d.get('delivery_id')} to {d.get('recipient')}: {d.get('stage')} "
                 f"{d.get('outcome') or ''}".rstrip())
-    return f"{event.event} {json.dumps(d, ensure_ascii=False)}"
+    return f"{event.event} {json_text(d, one_line=True)}"
 
 
 @app.command()
@@ -388,25 +404,21 @@ def watch(
     as_json: AsJson = False,
 ) -> None:
     """Follow the live events of the token's agent (reconnects by itself; Ctrl-C stops)."""
-    if not token:
-        _fail("no token: pass --token or set COURIER_TOKEN")
-    seen = 0
-    with CourierClient(_url(url), token) as client:
-        try:
-            for event in client.events(last_event_id, reconnect=True):
-                if as_json:
-                    print(json.dumps({"id": event.id, "event": event.event, "data": event.data},
-                                     ensure_ascii=False), flush=True)
-                else:
-                    out.print(f"{event.id or '-'}  {escape(_event_line(event))}",
-                              highlight=False)
-                seen += 1
-                if count is not None and seen >= count:
-                    return
-        except CourierAPIError as e:
-            _fail(str(e))
-        except KeyboardInterrupt:
-            return
+    def follow(client: CourierClient) -> None:
+        for seen, event in enumerate(client.events(last_event_id, reconnect=True), 1):
+            if as_json:
+                sys.stdout.write(json_text({"id": event.id, "event": event.event,
+                                            "data": event.data}, one_line=True) + "\n")
+                sys.stdout.flush()
+            else:
+                say(f"{event.id or '-'}  {visible(_event_line(event))}")
+            if count is not None and seen >= count:
+                return
+
+    try:
+        call(url, token, follow, as_json=as_json)
+    except KeyboardInterrupt:
+        return
 
 
 def _transport(t: dict[str, Any]) -> str:
@@ -415,23 +427,30 @@ def _transport(t: dict[str, Any]) -> str:
 
 
 def _read_body(body: str | None, body_file: Path | None) -> str:
-    if body is not None:
-        return body
-    if body_file is not None:
-        return body_file.read_text(encoding="utf-8")
-    if sys.stdin.isatty():
-        _fail("no body: pass --body TEXT or --body-file PATH, or pipe the Markdown on stdin "
-              "(--body '' sends an empty one)")
-    return sys.stdin.read()
+    """The Markdown body from --body, --body-file or stdin; an empty one is refused."""
+    if body is None and body_file is not None:
+        try:
+            body = body_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"cannot read --body-file: {e}", Exit.USAGE)
+    if body is None:
+        if sys.stdin.isatty():
+            fail("no body: pass --body TEXT or --body-file PATH, or pipe the Markdown on stdin",
+                 Exit.USAGE)
+        body = sys.stdin.read()
+    if not body.strip():
+        fail("the body is empty: nothing was sent (give the Markdown with --body, --body-file "
+             "or on stdin)", Exit.USAGE)
+    return body
 
 
 def _print_sent(m: dict[str, Any]) -> None:
     replay = " (replayed)" if m["idempotent_replay"] else ""
-    out.print(f"admitted {m['id']}{replay}")
+    say(f"admitted {m['id']}{replay}")
     for o in m["delivery"]["observations"]:
-        out.print(f"  delivery {o['delivery_id']} -> {escape(o['recipient'])} ({o['transport']})")
+        say(f"  delivery {o['delivery_id']} -> {visible(o['recipient'])} ({o['transport']})")
     for w in m["delivery"]["warnings"]:
-        out.print(f"  [yellow]warning:[/yellow] {escape(w)}")
+        say(f"  warning: {visible(w)}")
 
 
 @app.command()
@@ -448,13 +467,13 @@ def send(
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Send a message as the agent of the token."""
+    """Send a message as the agent of the token (an empty body is refused)."""
     fields = {k: v for k, v in {"cc": cc, "importance": importance, "topic": topic,
                                 "idempotency_key": idempotency_key}.items() if v}
     body_md = _read_body(body, body_file)
-    m = _call(url, token, CourierClient.send, to, subject, body_md, **fields)
+    m = call(url, token, CourierClient.send, to, subject, body_md, as_json=as_json, **fields)
     if as_json:
-        _print_json(m)
+        print_json(m)
         return
     _print_sent(m)
 
@@ -471,13 +490,13 @@ def reply(
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Reply in the message's thread, to its sender."""
+    """Reply in the message's thread, to its sender (an empty body is refused)."""
     fields = {k: v for k, v in {"importance": importance,
                                 "idempotency_key": idempotency_key}.items() if v}
     body_md = _read_body(body, body_file)
-    m = _call(url, token, CourierClient.reply, message_id, body_md, **fields)
+    m = call(url, token, CourierClient.reply, message_id, body_md, as_json=as_json, **fields)
     if as_json:
-        _print_json(m)
+        print_json(m)
         return
     _print_sent(m)
 
@@ -485,12 +504,9 @@ def reply(
 def _mark(url: str | None, token: str | None, message_id: str, kind: str,
           as_json: bool) -> None:
     fn = CourierClient.mark_read if kind == "read" else CourierClient.acknowledge
-    row = _call(url, token, fn, message_id)
-    if as_json:
-        _print_json(row)
-        return
-    out.print(f"{row['message_id']}: read {row['read_ts'] or '-'}, "
-              f"acknowledged {row['ack_ts'] or '-'}")
+    answer(url, token, as_json, fn, message_id,
+           show=lambda row: say(f"{row['message_id']}: read {row['read_ts'] or '-'}, "
+                                f"acknowledged {row['ack_ts'] or '-'}"))
 
 
 @app.command()
@@ -509,12 +525,9 @@ def ack(message_id: str, url: Url = None, token: Token = None, as_json: AsJson =
 def redrive(delivery_id: str, url: Url = None, token: Token = None,
             as_json: AsJson = False) -> None:
     """Send a delivery again on the same route, same delivery id (project token)."""
-    d = _call(url, token, CourierClient.redrive, delivery_id)
-    if as_json:
-        _print_json(d)
-        return
-    out.print(f"delivery {d['delivery_id']} to {escape(d['recipient'])} sent again "
-              f"over {d['transport']}")
+    answer(url, token, as_json, CourierClient.redrive, delivery_id,
+           show=lambda d: say(f"delivery {d['delivery_id']} to {visible(d['recipient'])} sent "
+                              f"again over {d['transport']}"))
 
 
 @app.command()
@@ -527,38 +540,36 @@ def inbox(
     as_json: AsJson = False,
 ) -> None:
     """Show one page of the inbox of the token's agent, oldest first."""
-    page = _call(url, token, CourierClient.inbox, cursor=cursor, limit=limit,
-                 unread_only=unread_only or None)
+    page = call(url, token, CourierClient.inbox, cursor=cursor, limit=limit,
+                unread_only=unread_only or None, as_json=as_json)
     if as_json:
-        _print_json(page)
+        print_json(page)
         return
     for m in page["messages"]:
-        out.rule(escape(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
-        out.print(f"id {m['id']}  sent {m['created_ts']}")
-        out.print(f"delivery {m['delivery_id']}")
-        out.print(m["body_md"], markup=False, highlight=False)
+        out.rule(visible(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
+        say(f"id {m['id']}  sent {m['created_ts']}")
+        say(f"delivery {m['delivery_id']}")
+        say(visible(m["body_md"], multiline=True))
     if not page["messages"]:
-        out.print("no new messages")
-    out.print(f"next cursor: {page['next_cursor']}")
+        say("no new messages")
+    say(f"next cursor: {page['next_cursor']}")
 
 
 @app.command()
 def delivery(delivery_id: str, url: Url = None, token: Token = None,
              as_json: AsJson = False) -> None:
     """Show what happened to one delivery, stage by stage."""
-    d = _call(url, token, CourierClient.delivery, delivery_id)
+    d = call(url, token, CourierClient.delivery, delivery_id, as_json=as_json)
     if as_json:
-        _print_json(d)
+        print_json(d)
         return
-    out.print(f"delivery {d['delivery_id']} of {d['message_id']} to {escape(d['recipient'])} "
-              f"over {d['transport']}: outcome {d['outcome'] or '-'}")
-    table = Table("stage", "at")
-    for stage, ts in d["stages"].items():
-        table.add_row(stage, ts)
-    out.print(table)
+    say(f"delivery {d['delivery_id']} of {d['message_id']} to {visible(d['recipient'])} "
+        f"over {d['transport']}: outcome {d['outcome'] or '-'}")
+    out.print(table(["stage", "at"], [[stage, ts or ""] for stage, ts in d["stages"].items()],
+                    whole=[1]))
     for a in d["attempts"]:
-        out.print(f"attempt {a['n']}: {a['started_ts']} .. {a['ended_ts'] or '-'}"
-                  + (f"  {escape(a['error'])}" if a.get("error") else ""))
+        say(f"attempt {a['n']}: {a['started_ts']} .. {a['ended_ts'] or '-'}"
+            + (f"  {visible(a['error'])}" if a.get("error") else ""))
 
 
 @app.command()
@@ -575,18 +586,19 @@ def search(
     as_json: AsJson = False,
 ) -> None:
     """Search what the token's agent sent or received, newest first."""
-    page = _call(url, token, CourierClient.search, query, cursor=cursor, limit=limit,
-                 topic=topic, sender=sender, since=since, until=until)
+    page = call(url, token, CourierClient.search, query, cursor=cursor, limit=limit,
+                topic=topic, sender=sender, since=since, until=until, as_json=as_json)
     if as_json:
-        _print_json(page)
+        print_json(page)
         return
     for m in page["messages"]:
-        out.print(escape(f"{m['created_ts']}  {m['from']}: {m['subject']}  ({m['id']})"))
-        out.print(f"    {m['snippet']}", markup=False, highlight=False)
+        say(visible(f"{m['created_ts']}  {m['from']}: {m['subject']}  ({m['id']})"))
+        say(f"    {visible(m['snippet'])}")
     if not page["messages"]:
-        out.print("nothing found")
+        say("nothing found")
     if page["next_cursor"]:
-        out.print(f"more: --cursor {page['next_cursor']}")
+        say(f"more: --cursor {page['next_cursor']}")
+
 
 def _install_commands(root: typer.Typer) -> None:
     """Commands kept in modules of their own."""
@@ -609,26 +621,30 @@ def archive_read(
     from messaging.service import archive
 
     root = get_settings().archive_root
+    found = archive.days(root, project_id)
+    if not found:
+        fail(f"nothing archived for project {visible(project_id)} under {root}: no such "
+             "project there, or none of its messages archived yet", Exit.NOT_FOUND)
+    if day is None:
+        for each in found:
+            say(each)
+        return
     try:
-        if day is None:
-            for found in archive.days(root, project_id):
-                out.print(found)
-            return
         messages = archive.read(root, project_id, day)
     except FileNotFoundError:
-        _fail(f"nothing archived for {project_id} on {day} under {root}")
+        fail(f"nothing archived for {project_id} on {visible(day)} under {root} (days: "
+             f"{', '.join(found)})", Exit.NOT_FOUND)
     except ValueError as e:
-        _fail(str(e))
+        fail(visible(str(e)), Exit.USAGE)
     for m in messages:
         if as_json:
-            print(json.dumps(m, ensure_ascii=False))
+            sys.stdout.write(json_text(m, one_line=True) + "\n")
             continue
-        out.print(f"[bold]{m['created_ts']}[/bold] {escape(m['from'])} -> "
-                  f"{escape(', '.join(m['to'] + m['cc'] + m['bcc']))}: {escape(m['subject'])}"
-                  f"  ({m['id']}, thread {m['thread_id']})")
+        say(visible(f"{m['created_ts']} {m['from']} -> {', '.join(m['to'] + m['cc'] + m['bcc'])}"
+                    f": {m['subject']}  ({m['id']}, thread {m['thread_id']})"))
         for d in m["deliveries"]:
-            out.print(f"    {escape(d['recipient'])}: {d['stage']}, outcome "
-                      f"{d['outcome'] or '-'}, read {d.get('read_ts') or '-'}")
+            say(f"    {visible(d['recipient'])}: {d['stage']}, outcome {d['outcome'] or '-'}, "
+                f"read {d.get('read_ts') or '-'}")
 
 
 @app.command()
@@ -642,19 +658,19 @@ def lane(
 ) -> None:
     """Give a busy project a lane of its own (queues deliver.<transport>.<lane>), or --off."""
     if (name is None) == (not off):
-        _fail("give a lane name, or --off")
-    token, _ = _operator_token(token)
-    p = _call(url, token, CourierClient.set_lane, project_id, None if off else name)
+        fail("give a lane name, or --off", Exit.USAGE)
+    p = _operator_call(url, token, as_json, CourierClient.set_lane, project_id,
+                       None if off else name)
     if as_json:
-        _print_json(p)
+        print_json(p)
         return
     backlog = ", ".join(f"{kind} {n}" for kind, n in p["backlog"].items())
     if p["lane"]:
-        out.print(f"project {project_id} is on lane {p['lane']} (waiting: {backlog})")
-        out.print(f"serve it: courier up --lane {p['lane']}  (its workers, on any machine "
-                  "that reaches the store and broker)")
+        say(f"project {project_id} is on lane {p['lane']} (waiting: {backlog})")
+        say(f"serve it: courier up --lane {p['lane']}  (its workers, on any machine that reaches "
+            "the store and broker)")
     else:
-        out.print(f"project {project_id} is on the shared queues (waiting: {backlog})")
+        say(f"project {project_id} is on the shared queues (waiting: {backlog})")
 
 
 app.command("backup")(cli_backup.backup)

@@ -7,10 +7,9 @@ are defined inside ``install``, where typer could not look their types up.
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from messaging.client import CourierClient
+from messaging.cli_io import AsJson, Token, Url, answer, out, say, table, visible
+from messaging.client import CourierClient, Json
 
 Project = Annotated[str, typer.Option("--project", envvar="COURIER_PROJECT",
                                       help="project id")]
@@ -18,25 +17,18 @@ Project = Annotated[str, typer.Option("--project", envvar="COURIER_PROJECT",
 
 def install(root: typer.Typer) -> None:  # noqa: C901 - one short function per command
     """Add the commands to ``root`` (the ``courier`` app)."""
-    from messaging.cli import AsJson, Token, Url, _call, _print_json, out
-
     name_app = typer.Typer(help="Names mail may wait for before any agent has them.",
                            no_args_is_help=True)
-
 
     @root.command()
     def names(project: Project, url: Url = None, token: Token = None,
               as_json: AsJson = False) -> None:
         """List the project's authorized names and the mail waiting for each."""
-        rows = _call(url, token, CourierClient.names, project)
-        if as_json:
-            _print_json(rows)
-            return
-        table = Table("name", "expires", "waiting")
-        for r in rows:
-            table.add_row(escape(r["name"]), r["expires_ts"], str(r["waiting"]))
-        out.print(table)
+        def show(found: Json) -> None:
+            rows = [[r["name"], r["expires_ts"], r["waiting"]] for r in found["names"]]
+            out.print(table(["name", "expires", "waiting"], rows, whole=[1]))
 
+        answer(url, token, as_json, CourierClient.names_answer, project, show=show)
 
     @name_app.command("allow")
     def name_allow(
@@ -47,47 +39,42 @@ def install(root: typer.Typer) -> None:  # noqa: C901 - one short function per c
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """Authorize a name: mail to it waits for its first agent until it runs out."""
-        row = _call(url, token, CourierClient.allow_name, project, name, ttl)
-        if as_json:
-            _print_json(row)
-            return
-        out.print(f"{escape(row['name'])}: mail waits for its first agent "
-                  f"until {row['expires_ts']}")
-
+        answer(url, token, as_json, CourierClient.allow_name, project, name, ttl,
+               show=lambda row: say(f"{visible(row['name'])}: mail waits for its first agent "
+                                    f"until {row['expires_ts']}"))
 
     @name_app.command("end")
-    def name_end(name: str, project: Project, url: Url = None, token: Token = None) -> None:
+    def name_end(name: str, project: Project, url: Url = None, token: Token = None,
+                 as_json: AsJson = False) -> None:
         """End an authorization: the mail waiting for it fails, undelivered."""
-        _call(url, token, CourierClient.end_name, project, name)
-        out.print(f"{escape(name)}: authorization ended")
-
+        answer(url, token, as_json, CourierClient.end_name, project, name,
+               show=lambda _: say(f"{visible(name)}: authorization ended"))
 
     @root.command()
     def held(project: Project, url: Url = None, token: Token = None,
              as_json: AsJson = False) -> None:
         """List held mail, oldest first."""
-        rows = _call(url, token, CourierClient.held, project)
-        if as_json:
-            _print_json(rows)
-            return
-        table = Table("delivery", "from", "to", "subject", "admitted")
-        for r in rows:
-            m = r["message"]
-            table.add_row(r["delivery_id"], escape(m["from"]), escape(r["recipient"]),
-                          escape(m["subject"]), r["stages"]["admitted"])
-        out.print(table)
+        def show(found: Json) -> None:
+            rows = [[r["delivery_id"], r["message"]["from"], r["recipient"],
+                     r["message"]["subject"], r["stages"]["admitted"]]
+                    for r in found["deliveries"]]
+            out.print(table(["delivery", "from", "to", "subject", "admitted"], rows,
+                            whole=[0, 4]))
 
+        answer(url, token, as_json, CourierClient.held_answer, project, show=show)
 
     @root.command()
-    def release(delivery_id: str, url: Url = None, token: Token = None) -> None:
+    def release(delivery_id: str, url: Url = None, token: Token = None,
+                as_json: AsJson = False) -> None:
         """Release a held delivery: it goes to its recipient as usual."""
-        d = _call(url, token, CourierClient.release, delivery_id)
-        out.print(f"{d['delivery_id']} released to {escape(d['recipient'])}")
-
+        answer(url, token, as_json, CourierClient.release, delivery_id,
+               show=lambda d: say(f"{d['delivery_id']} released to {visible(d['recipient'])}"))
 
     @root.command()
-    def decline(delivery_id: str, url: Url = None, token: Token = None) -> None:
+    def decline(delivery_id: str, url: Url = None, token: Token = None,
+                as_json: AsJson = False) -> None:
         """Decline a held delivery: it ends rejected, never shown to its recipient."""
-        d = _call(url, token, CourierClient.decline, delivery_id)
-        out.print(f"{d['delivery_id']} declined: outcome {d['outcome']}")
+        answer(url, token, as_json, CourierClient.decline, delivery_id,
+               show=lambda d: say(f"{d['delivery_id']} declined: outcome {d['outcome']}"))
+
     root.add_typer(name_app, name="name")

@@ -145,9 +145,13 @@ class CourierClient:
         body = {"name": name, "transport": transport or {"kind": "inbox"}, **fields}
         return self.request("POST", f"/v1/projects/{project_id}/agents", json=body)
 
+    def agents_answer(self, project_id: str) -> Json:
+        """The project's agents as the API answers: ``{"agents": [...]}``."""
+        return self.request("GET", f"/v1/projects/{project_id}/agents")
+
     def list_agents(self, project_id: str) -> list[Json]:
         """The project's agents."""
-        agents: list[Json] = self.request("GET", f"/v1/projects/{project_id}/agents")["agents"]
+        agents: list[Json] = self.agents_answer(project_id)["agents"]
         return agents
 
     def retire_agent(self, project_id: str, agent_id: str) -> Json:
@@ -164,18 +168,26 @@ class CourierClient:
         return self.request("PUT", f"/v1/projects/{project_id}/names/{quote(name, safe='')}",
                             json=body)
 
+    def names_answer(self, project_id: str) -> Json:
+        """The project's authorized names as the API answers: ``{"names": [...]}``."""
+        return self.request("GET", f"/v1/projects/{project_id}/names")
+
     def names(self, project_id: str) -> list[Json]:
         """The project's authorized names (project token)."""
-        rows: list[Json] = self.request("GET", f"/v1/projects/{project_id}/names")["names"]
+        rows: list[Json] = self.names_answer(project_id)["names"]
         return rows
 
     def end_name(self, project_id: str, name: str) -> Json:
         """End an authorization; mail waiting for it fails (project token)."""
         return self.request("DELETE", f"/v1/projects/{project_id}/names/{quote(name, safe='')}")
 
+    def held_answer(self, project_id: str) -> Json:
+        """Held deliveries as the API answers: ``{"deliveries": [...]}``."""
+        return self.request("GET", f"/v1/projects/{project_id}/held")
+
     def held(self, project_id: str) -> list[Json]:
         """Held deliveries, oldest first, each with its message (project token)."""
-        rows: list[Json] = self.request("GET", f"/v1/projects/{project_id}/held")["deliveries"]
+        rows: list[Json] = self.held_answer(project_id)["deliveries"]
         return rows
 
     def release(self, delivery_id: str) -> Json:

@@ -55,7 +55,7 @@ def test_project_create_with_a_token_that_is_not_the_servers_explains_and_writes
     done = subprocess.run([*COURIER, "project", "create", "/srv/x", "--token", "cop_wrong"],
                           capture_output=True, text=True, env=client_env(project), cwd=tmp_path,
                           timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 3  # not authenticated
     assert "UNAUTHENTICATED" in done.stderr and "not this server's" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -89,7 +89,7 @@ def test_reply_read_ack_redrive_retire_and_close_commands(project: Project):
     delivery_id = sent["delivery"]["observations"][0]["delivery_id"]
     refused = subprocess.run([*COURIER, "redrive", delivery_id, "--token", project.token],
                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
-    assert refused.returncode == 1
+    assert refused.returncode == 5  # conflict
     assert "409 DELIVERY_NOT_REDRIVABLE" in refused.stderr and delivery_id in refused.stderr
 
     retired = courier("agent", "retire", project.project_id, "Bob", "--token", project.token,
@@ -140,13 +140,13 @@ def test_send_inbox_and_delivery_commands_show_the_message_and_its_stages(projec
     assert "outcome accepted" in table
 
 
-def test_an_api_error_exits_non_zero_with_its_code(project: Project):
+def test_an_api_error_exits_with_its_code(project: Project):
     alice = project.agent("Alice")
     env = {**os.environ, "COURIER_URL": project.stack.api_url}
     done = subprocess.run([*COURIER, "send", "--to", "Nobody", "--subject", "x", "--body", "y",
                            "--token", alice.row["token"]], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 4  # not found
     assert "RECIPIENT_NOT_FOUND" in done.stderr
 
 

@@ -55,7 +55,7 @@ def test_an_operator_command_without_a_token_says_how_to_pass_one_and_writes_not
     command: list[str], tmp_path: Path,
 ) -> None:
     done = runner.invoke(app, [*command, "--url", "http://127.0.0.1:9"])
-    assert done.exit_code == 1
+    assert done.exit_code == 3  # not authenticated
     for way in ("--token", "COURIER_OPERATOR_TOKEN", "COURIER_DATA_DIR"):
         assert way in done.output, done.output
     assert list(tmp_path.iterdir()) == []  # no .courier/operator-token minted here
@@ -73,7 +73,7 @@ def test_only_up_and_init_can_mint_an_operator_token() -> None:
 
 def test_run_names_the_procfile_processes_when_asked_for_an_unknown_one() -> None:
     done = runner.invoke(app, ["run", "nope"])
-    assert done.exit_code == 1
+    assert done.exit_code == 2  # usage
     assert "no process 'nope'" in done.output and "api" in done.output
     assert "workers" in done.output and "worker-webhook" in done.output
 
@@ -112,6 +112,6 @@ def test_a_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty(
     finally:
         os.close(terminal)
         os.close(controller)
-    assert done.returncode == 1
+    assert done.returncode == 2  # usage
     assert "no body" in done.stderr and "--body" in done.stderr
     assert "cannot reach" not in done.stderr  # refused before any request
