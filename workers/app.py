@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from messaging.config import SettingsError, get_settings
+from messaging.config import OperatorTokenMissing, SettingsError, get_settings
 from messaging.runtime.celeryconf import celery_config
 from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
@@ -29,6 +29,18 @@ def _quiet_logs(**_: Any) -> None:
 
 
 signals.after_setup_logger.connect(_quiet_logs, weak=False)
+
+
+def _beat_needs_the_token(**_: Any) -> None:
+    """Beat, like every server process, starts only where the deployment's operator
+    token is (``courier init`` or ``courier up`` made it)."""
+    try:
+        get_settings().require_operator_token()
+    except OperatorTokenMissing as exc:
+        sys.exit(f"courier beat cannot start: {exc}")
+
+
+signals.beat_init.connect(_beat_needs_the_token, weak=False)
 
 
 def _freeze_loaded(**_: Any) -> None:

@@ -30,7 +30,9 @@ def _env(stack: Stack, data_dir: Path, **extra: str) -> dict[str, str]:
     [*COURIER, "run", "beat"],
     [sys.executable, "-m", "uvicorn", "messaging.web.app:app", "--port", "0"],
     [sys.executable, "-m", "messaging.runtime.flower", "--port=0"],
-], ids=["run api", "run flower", "run beat", "uvicorn as honcho runs it", "flower module"])
+    [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "-s", "{data_dir}/schedule"],
+], ids=["run api", "run flower", "run beat", "uvicorn as honcho runs it", "flower module",
+        "beat as honcho runs it"])
 def test_a_process_started_where_there_is_no_operator_token_refuses_and_says_where_it_looked(
     stack: Stack, tmp_path: Path, argv: list[str]
 ):
@@ -38,13 +40,16 @@ def test_a_process_started_where_there_is_no_operator_token_refuses_and_says_whe
     data_dir.mkdir()
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
+    argv = [arg.format(data_dir=data_dir) for arg in argv]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=elsewhere, timeout=60,
                           env=_env(stack, data_dir, COURIER_PORT=str(free_port())))
     shown = done.stdout + done.stderr
     assert done.returncode != 0, shown
     assert str(data_dir / "operator-token") in shown, shown
     assert "courier init" in shown, shown
-    assert list(data_dir.iterdir()) == [] and list(elsewhere.iterdir()) == []
+    # Nothing made but beat's schedule (opened before beat says it is starting).
+    assert [p.name for p in data_dir.iterdir() if not p.name.startswith("schedule.")] == []
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_courier_init_creates_the_token_once_and_owner_only(tmp_path: Path):
