@@ -209,7 +209,7 @@ def test_courier_up_runs_the_stack_stops_on_ctrl_c_and_keeps_data(tmp_path: Path
     finally:
         output = _stop(proc)
     assert proc.returncode == 0, output[-3000:]
-    for name in ("API:", "Flower:", "operator token"):
+    for name in ("API:", "Flower:", "operator token", f"data:   {tmp_path / 'data'}"):
         assert name in output
 
     proc = _up(tmp_path / "data", ports)
