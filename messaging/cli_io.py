@@ -43,7 +43,7 @@ class Exit(IntEnum):
 CODE_EXITS = {"INVALID_ARGUMENT": Exit.USAGE, "RESOURCE_NOTICE_INVALID": Exit.USAGE,
               "RECIPIENT_NOT_FOUND": Exit.NOT_FOUND}
 STATUS_EXITS = {400: Exit.USAGE, 401: Exit.DENIED, 403: Exit.DENIED, 404: Exit.NOT_FOUND,
-                409: Exit.CONFLICT, 410: Exit.NOT_FOUND, 413: Exit.USAGE,
+                408: Exit.UNAVAILABLE, 409: Exit.CONFLICT, 410: Exit.NOT_FOUND, 413: Exit.USAGE,
                 429: Exit.UNAVAILABLE, 502: Exit.UNAVAILABLE, 503: Exit.UNAVAILABLE,
                 504: Exit.UNAVAILABLE}
 
