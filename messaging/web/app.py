@@ -141,10 +141,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: a project's requests past its fair share wait before any work on them.
     app.add_middleware(ProjectShare, projects=token_projects,
                        streams=[live.EVENTS_PATH, MCP_PATH])
-    # Outside it: every layer below sees a HEAD as the GET it stands for.
-    app.add_middleware(HeadAsGet)
-    # Outermost of all: every error answer, whoever made it, is counted on its way out.
+    # Outside them: every error answer, whoever made it, is counted on its way out.
     app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
+    # Outermost of all: every layer sees a HEAD as the GET it stands for (its
+    # refusals are counted like the GET's; only the body is dropped, here).
+    app.add_middleware(HeadAsGet)
     app.add_exception_handler(CourierError, _courier_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)

@@ -75,3 +75,19 @@ def test_head_on_an_event_stream_ends_at_once_and_the_connection_goes_on(project
             assert head.headers["content-type"].startswith("text/event-stream")
             assert time.monotonic() - began < 2
         assert http.get("/healthz").text == "ok\n"
+
+
+def _forbidden_count(http: httpx.Client) -> float:
+    text = http.get("/metrics").text
+    found = re.search(r'^courier_refusals_total\{code="FORBIDDEN",face="http"\} (\S+)$', text,
+                      re.MULTILINE)
+    return float(found[1]) if found else 0.0
+
+
+def test_a_refused_head_is_counted_like_the_refused_get(project: Project):
+    headers = {"Authorization": f"Bearer {project.token}"}  # a project token: 403 here
+    with httpx.Client(base_url=project.stack.api_url, timeout=5) as http:
+        before = _forbidden_count(http)
+        for _ in range(3):
+            assert http.head("/v1/projects", headers=headers).status_code == 403
+        assert _forbidden_count(http) == before + 3
