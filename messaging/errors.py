@@ -151,8 +151,8 @@ _FAMILY_BY_STATUS: dict[int, type[CourierError]] = {
     family_status: family
     for family_status, family in (
         (401, Unauthenticated), (403, Forbidden), (404, NotFound), (408, RequestTimeout),
-        (409, Conflict), (410, Gone), (413, TooLarge), (422, Invalid), (429, RateLimited), (431, TooLarge),
-        (503, Unavailable),
+        (409, Conflict), (410, Gone), (413, TooLarge), (422, Invalid), (429, RateLimited),
+        (431, TooLarge), (503, Unavailable),
     )
 }
 
