@@ -48,9 +48,10 @@ class BodyLimit:
         size = 0
         deadline = time.monotonic() + BODY_TOTAL_S
         while True:
+            wait_s = min(BODY_STALL_S, max(0.0, deadline - time.monotonic()))
             try:
-                message = await asyncio.wait_for(
-                    receive(), min(BODY_STALL_S, max(0.0, deadline - time.monotonic())))
+                async with asyncio.timeout(wait_s):
+                    message = await receive()
             except TimeoutError:
                 await self._late(scope, receive, send)
                 return

@@ -108,10 +108,12 @@ class CourierHttp(HttpToolsProtocol):
         self._awaiting_headers = False
         self._stop_header_timer()
         super().on_headers_complete()
-        # The body stays in the socket until the app asks for it (uvicorn's receive()
+        # A body stays in the socket until the app asks for it (uvicorn's receive()
         # resumes reading): a request answered from its headers (401) never has its
         # body read into the process.
-        self.flow.pause_reading()
+        if any(name in (b"content-length", b"transfer-encoding") and value.strip() != b"0"
+               for name, value in self.headers):
+            self.flow.pause_reading()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
