@@ -1,4 +1,4 @@
-"""The API process: ``python -m messaging.runtime.api APP --host H --port P``.
+"""The API process: ``python -m messaging.web.serve APP --host H --port P``.
 
 uvicorn serving ``APP`` with Courier's connection rules (``messaging.web.connections``)
 and proxy headers believed only from ``COURIER_TRUSTED_PROXIES``: uvicorn's own
@@ -22,7 +22,7 @@ KEEP_ALIVE_S = 5
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the app named on the command line until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m messaging.runtime.api")
+    parser = argparse.ArgumentParser(prog="python -m messaging.web.serve")
     parser.add_argument("app", help="the ASGI app, module:attribute")
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
