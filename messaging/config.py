@@ -82,6 +82,20 @@ class Settings(BaseSettings):
     flower_max_tasks: int = Field(default=10_000, ge=100)
     # Processes of each delivery worker (Celery's -c); unset: what its transport declares.
     worker_concurrency: int | None = Field(default=None, ge=1, le=64)
+    # Addresses or CIDRs of proxies whose X-Forwarded-For / -Proto the API believes
+    # (comma list); unset: none, the peer of each connection is the client.
+    trusted_proxies: str = ""
+    # Connections open at once from one client address (a trusted proxy is not
+    # counted); 0: no cap.
+    max_connections_per_address: int = Field(default=256, ge=0)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, value: str) -> str:
+        for part in (p.strip() for p in value.split(",")):
+            if part:
+                ipaddress.ip_network(part, strict=False)  # ValueError: not an address or network
+        return value
 
     @field_validator("webhook_retry_schedule_s")
     @classmethod
@@ -142,6 +156,11 @@ class Settings(BaseSettings):
             except ValueError:
                 out.append(item.lower())
         return out
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        """``trusted_proxies`` as a list of addresses and networks."""
+        return [part.strip() for part in self.trusted_proxies.split(",") if part.strip()]
 
     @property
     def operator_token_path(self) -> Path:

@@ -4,11 +4,11 @@
      ├── Unauthenticated   401  UNAUTHENTICATED
      ├── Forbidden         403  FORBIDDEN, SENDER_MISMATCH
      ├── NotFound          404  NOT_FOUND
-     ├── RequestTimeout    408  (a family for slow clients)
+     ├── RequestTimeout    408  REQUEST_TIMEOUT
      ├── Conflict          409  PROJECT_EXISTS, IDEMPOTENCY_KEY_CONFLICT, IDEMPOTENCY_KEY_IN_USE,
      │                          DELIVERY_NOT_REDRIVABLE, DELIVERY_NOT_HELD
      ├── Gone              410  ARCHIVED
-     ├── TooLarge          413  BODY_TOO_LARGE
+     ├── TooLarge          413  BODY_TOO_LARGE; 431 HEADERS_TOO_LARGE
      ├── Invalid           422  INVALID_ARGUMENT, RECIPIENT_*, BOUND_SOURCE_LOST,
      │                          QUIET_NOT_ALLOWED, RESOURCE_NOTICE_INVALID
      ├── RateLimited       429  RATE_LIMITED
@@ -36,6 +36,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "IDEMPOTENCY_KEY_IN_USE": 409,
     "DELIVERY_NOT_REDRIVABLE": 409,
     "DELIVERY_NOT_HELD": 409,
+    "REQUEST_TIMEOUT": 408,
     "ARCHIVED": 410,
     "BODY_TOO_LARGE": 413,
     "INVALID_ARGUMENT": 422,
@@ -46,6 +47,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "QUIET_NOT_ALLOWED": 422,
     "RESOURCE_NOTICE_INVALID": 422,
     "RATE_LIMITED": 429,
+    "HEADERS_TOO_LARGE": 431,
     "STORE_UNAVAILABLE": 503,
     "STORE_FULL": 503,
 }
@@ -130,7 +132,7 @@ class Gone(CourierError):
 
 
 class TooLarge(CourierError):
-    """413: a body over the limit."""
+    """413 or 431: a body, or the request's headers, over the limit."""
 
 
 class Invalid(CourierError):
@@ -150,7 +152,7 @@ _FAMILY_BY_STATUS: dict[int, type[CourierError]] = {
     for family_status, family in (
         (401, Unauthenticated), (403, Forbidden), (404, NotFound), (408, RequestTimeout),
         (409, Conflict), (410, Gone), (413, TooLarge), (422, Invalid), (429, RateLimited),
-        (503, Unavailable),
+        (431, TooLarge), (503, Unavailable),
     )
 }
 

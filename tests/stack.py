@@ -181,7 +181,8 @@ class Stack:
 
     def start_api(self, env: dict[str, str] | None = None, port: int = 0) -> tuple[Proc, str]:
         """An API process (on a free port unless given); it and its URL once it answers."""
-        return self.serve("api", ["-m", "uvicorn", "messaging.web.app:app", "--host", "127.0.0.1",
+        return self.serve("api", ["-m", "messaging.web.serve", "messaging.web.app:app",
+                                  "--host", "127.0.0.1",
                                   "--port", "{port}", "--log-level", "warning"], "/healthz", env,
                           port)
 

@@ -38,13 +38,14 @@ class Caller:
         return self.project_id, self.agent_id
 
     def require_project(self, project_id: str) -> None:
-        """Allow the project token of ``project_id``.
+        """Allow the project token of ``project_id``, or the operator (who may do what any
+        project's token may).
 
         Raises:
             CourierError: FORBIDDEN for any other token.
         """
-        if self.kind is not CallerKind.PROJECT or self.project_id != project_id:
-            raise forbidden("this call takes the project's token")
+        if not self.sees_project(project_id):
+            raise forbidden("this call takes the project's token or the operator's")
 
     def require_member(self, project_id: str) -> None:
         """Allow the operator, the project's token, or any agent of it.
@@ -73,8 +74,10 @@ def bearer(header: str | None) -> str | None:
     return token
 
 
-async def authenticate(store: Store, operator_token: str, token: str | None) -> Caller:
-    """Resolve a bearer token to its caller.
+async def authenticate(store: Store, operator_token: str, token: str | None,
+                       token_hash: str | None = None) -> Caller:
+    """Resolve a bearer token (whose ``ids.token_hash`` the caller may have already) to
+    its caller.
 
     Raises:
         CourierError: UNAUTHENTICATED when the token is missing or unknown.
@@ -83,7 +86,7 @@ async def authenticate(store: Store, operator_token: str, token: str | None) -> 
         raise unauthenticated("send Authorization: Bearer <token>")
     if hmac.compare_digest(token.encode(), operator_token.encode()):
         return Caller(CallerKind.OPERATOR)
-    scope = await store.token_scope(ids.token_hash(token))
+    scope = await store.token_scope(token_hash or ids.token_hash(token))
     kind = scope.get("kind")
     if kind == CallerKind.PROJECT:
         return Caller(CallerKind.PROJECT, project_id=scope["project_id"])

@@ -189,7 +189,8 @@ class Hub:
 
 
 async def claim(store: Store, caller: Caller, stream: str) -> None:
-    """Hold one of the agent's open-stream slots for ``stream``.
+    """Hold one of the agent's open-stream slots for ``stream`` (an event stream or an
+    MCP stream: they share the agent's slots).
 
     Raises:
         CourierError: RATE_LIMITED when the agent has its most streams open already.
@@ -198,12 +199,12 @@ async def claim(store: Store, caller: Caller, stream: str) -> None:
     if not await store.live.claim_stream(project_id, agent_id, stream, now_us() // 1000,
                                          STREAM_LEASE_MS, STREAMS_PER_AGENT):
         raise CourierError(
-            "RATE_LIMITED", f"this agent has {STREAMS_PER_AGENT} event streams open already; "
-            "close one first", {"open_streams_max": STREAMS_PER_AGENT},
+            "RATE_LIMITED", f"this agent has {STREAMS_PER_AGENT} streams (event or MCP) open "
+            "already; close one first", {"open_streams_max": STREAMS_PER_AGENT},
             headers={"Retry-After": str(STREAM_RETRY_AFTER_S)})
 
 
-async def _live_token(store: Store, project_id: str, agent_id: str) -> str | None:
+async def live_token(store: Store, project_id: str, agent_id: str) -> str | None:
     """The hash of the agent's live token: rotating changes it, retiring or closing drops it."""
     found = await store.client.get(keys.agent_token(project_id, agent_id))
     return str(found) if found else None
@@ -232,7 +233,7 @@ async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
     """
     project_id, agent_id = caller.require_agent()
     listener = Listener(agent_id, after)
-    token = await _live_token(store, project_id, agent_id)
+    token = await live_token(store, project_id, agent_id)
     try:
         yield ServerSentEvent(comment=f"courier events after {after}")
         if await store.live.trimmed_past(project_id, agent_id, after):
@@ -253,7 +254,7 @@ async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
                 batch, due = [], True
             # One read per batch: the batch was written to the stream before this read, so
             # while the token still admits, none of it came after a revocation.
-            if (batch or due) and await _live_token(store, project_id, agent_id) != token:
+            if (batch or due) and await live_token(store, project_id, agent_id) != token:
                 yield ServerSentEvent(comment=REVOKED_COMMENT)
                 return
             for entry_id, fields in batch:

@@ -32,7 +32,7 @@ from messaging.web import openapi
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
 from messaging.web.fairshare import ProjectShare
-from messaging.web.guard import Gate, Projects
+from messaging.web.guard import Authenticate, Gate
 from messaging.web.head import HeadAsGet
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
@@ -98,7 +98,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """A Courier API app: routers, MCP at ``/mcp``, one lifespan for everything it opens."""
     settings = settings or get_settings()
     mcp_endpoint, mcp_sessions = mcp_app(settings)
-    token_projects = Projects()  # what the gate learns of tokens, for the fair share
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -117,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
         svc = Services(settings, store, publisher, operator_token,
-                       Gate(store, operator_token, settings.rate_limit_per_s, token_projects),
+                       Gate(store, operator_token, settings.rate_limit_per_s),
                        Hub(store))
         app.state.services = svc
         # What was loaded at start lives as long as the process: keep it out of
@@ -137,10 +136,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = CourierAPI(title="Courier", version=__version__, description=openapi.DESCRIPTION,
                      lifespan=lifespan, routes=[mcp_route],
                      docs_url=None, redoc_url=None)  # served offline by the docs router
+    # Outermost last. The caller is known from the headers first (Authenticate), then
+    # the body is read at its pace (BodyLimit), then the project's requests past its
+    # fair share wait before any work on them (ProjectShare).
+    app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
-    # Outermost: a project's requests past its fair share wait before any work on them.
-    app.add_middleware(ProjectShare, projects=token_projects,
-                       streams=[live.EVENTS_PATH, MCP_PATH])
+    app.add_middleware(Authenticate)
     # Outside them: every error answer, whoever made it, is counted on its way out.
     app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
     # Outermost of all: every layer sees a HEAD as the GET it stands for (its

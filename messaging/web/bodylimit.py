@@ -1,20 +1,32 @@
-"""The request body limit, counted on the bytes received, before anything parses them.
+"""The request body limit and pace, counted on the bytes received, before anything parses them.
 
 A body is read whole here (it is at most the limit) and handed on; the moment
 more than the limit has arrived, chunked or not, the request is answered 413
 ``BODY_TOO_LARGE`` and the rest is never read. A ``Content-Length`` over the
 limit is refused before a byte of the body is read.
+
+A body must keep coming: when nothing of it arrives for ``BODY_STALL_S``, or
+the whole of it takes longer than ``BODY_TOTAL_S`` (1 MiB in a minute is about
+17 KiB/s, slower than any real client), the request is answered 408
+``REQUEST_TIMEOUT`` and the connection closed. This runs before the fair share
+(``messaging.web.fairshare``): a body still on its way holds no turn.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messaging.errors import CourierError
-from messaging.web.deps import ok
+from messaging.web.guard import refuse
 
 # Room for the JSON around the largest message body allowed.
 ENVELOPE_BYTES = 64 * 1024
+# Longest wait for the next part of a body, and for all of it.
+BODY_STALL_S = 10.0
+BODY_TOTAL_S = 60.0
 
 
 class BodyLimit:
@@ -34,8 +46,15 @@ class BodyLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + BODY_TOTAL_S
         while True:
-            message = await receive()
+            wait_s = min(BODY_STALL_S, max(0.0, deadline - time.monotonic()))
+            try:
+                async with asyncio.timeout(wait_s):
+                    message = await receive()
+            except TimeoutError:
+                await self._late(scope, receive, send)
+                return
             if message["type"] != "http.request":  # the client went away
                 return
             chunk = message.get("body", b"")
@@ -49,11 +68,14 @@ class BodyLimit:
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        err = CourierError("BODY_TOO_LARGE", f"the request body is over {self.max_bytes} bytes",
-                           {"max_bytes": self.max_bytes})
-        response = ok(err.body(), err.status)
-        response.headers["Connection"] = "close"
-        await response(scope, receive, send)
+        await refuse(CourierError("BODY_TOO_LARGE", f"the request body is over {self.max_bytes} "
+                                  "bytes", {"max_bytes": self.max_bytes}), scope, receive, send)
+
+    async def _late(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await refuse(CourierError(
+            "REQUEST_TIMEOUT", f"the request body stalled for {BODY_STALL_S:g} s or took over "
+            f"{BODY_TOTAL_S:g} s", {"stall_s": BODY_STALL_S, "total_s": BODY_TOTAL_S}),
+            scope, receive, send)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -15,7 +15,7 @@ from messaging.runtime.publish import BatchPublisher
 from messaging.service.caller import Caller
 from messaging.service.events import Hub
 from messaging.store.store import Store
-from messaging.web.guard import Gate, client_address
+from messaging.web.guard import Gate, auth_of
 
 
 @dataclass
@@ -44,10 +44,9 @@ async def caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> Caller:
-    """The caller of this request, admitted by the process's gate."""
+    """The caller of this request, as the gate found it from the headers."""
     svc = await services(request)
-    token = credentials.credentials if credentials else None
-    return await svc.gate.admit(token, client_address(request.scope))
+    return svc.gate.caller(auth_of(request.scope))
 
 
 Svc = Annotated[Services, Depends(services)]

@@ -14,12 +14,13 @@ process can do. Once another project has been seen within the last
 ``PRESENT_S``, each present project has four: another project's request then
 shares the event loop with four of the flood's, not eight.
 
-Which project a request is from is known only once its token is looked up;
-the gate remembers each token's project (``guard.Projects``), so a token's
-later requests wait with their project's. A token not seen yet waits with
-itself; requests without a token wait with others from the same address.
-Event streams (SSE, MCP's stream) stay open for hours and are not counted;
-they have their own caps.
+Which project a request is from is known from its headers: the gate
+(``guard.Authenticate``) has looked its token up before this layer runs, and
+before the body is read, so a slow body holds no turn. The operator's requests
+wait together; requests without a valid token (none, or any number of bogus
+ones) wait with others from the same address. Event streams (SSE, MCP's
+stream) stay open for hours and are not counted; they have their own caps.
+Health checks (``/healthz``, ``/readyz``) never wait.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging.web.guard import Projects
+from messaging.web.guard import HEALTH_PATHS, auth_of
 
 # Requests of a project in progress at once in one API process: alone in it, and
 # while other projects are there. With eight, a lone flooding project kept the rate
@@ -118,17 +119,16 @@ class FairShare:
 class ProjectShare:
     """ASGI middleware: each project's requests take turns in a ``FairShare``."""
 
-    def __init__(self, app: ASGIApp, projects: Projects, streams: Iterable[str],
+    def __init__(self, app: ASGIApp, streams: Iterable[str],
                  share: FairShare | None = None) -> None:
         self.app = app
-        self.projects = projects
         self.streams = frozenset(streams)
         self.share = share or FairShare()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] == "GET"
-                                       and scope["path"] in self.streams):
+        if scope["type"] != "http" or scope["path"] in HEALTH_PATHS or (
+                scope["method"] == "GET" and scope["path"] in self.streams):
             await self.app(scope, receive, send)
             return
-        async with self.share.turn(self.projects.group(scope)):
+        async with self.share.turn(auth_of(scope).group):
             await self.app(scope, receive, send)

@@ -1,90 +1,162 @@
 """The one way in: every face (REST, SSE, subscriptions, MCP) admits its caller here.
 
+``Authenticate`` (ASGI middleware, outermost but for the connection rules)
+reads the ``Authorization`` header of each request once, before any of its
+body is read: one hash of the token, one lookup, one rate-limit check. What
+it found (``Auth``: the caller, or why there is none) goes into the request's
+scope; routes, streams, MCP and the fair share read it from there
+(``auth_of``). A request without a valid token that carries a body is
+answered from its headers alone (401, or 429 past its address's rate) and its
+body is never read: no route that takes a body works without a token, so no
+bytes are held for anonymous requests beyond what the server reads ahead.
+
 A request with a valid token spends from that token's bucket; a request
 without one (none, malformed or unknown) spends from its client address's
 bucket, so a flood of bad tokens never holds back a valid token from the same
-address. A 401 names the Bearer scheme. The project of each valid token is
-told to the process's fair share (``messaging.web.fairshare``). Every refusal is counted here, by
-code, whatever the face (``courier_gate_refusals``); a refused send never
-reaches the send service, so it is no admission.
+address, and all bad tokens of one address wait together in the fair share.
+A 401 names the Bearer scheme. Every refusal is counted here, by code, whatever
+the face (``courier_gate_refusals``); a refused send never reaches the send
+service, so it is no admission.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import Counter
-from starlette.types import Scope
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging import ids
-from messaging.errors import CourierError
-from messaging.service.caller import Caller, authenticate, bearer
-from messaging.store.facts import Lru
+from messaging.errors import CourierError, store_unavailable, unauthenticated
+from messaging.service.caller import Caller, CallerKind, authenticate, bearer
+from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web.ratelimit import RateLimiter
 
-# Tokens whose project is remembered; the least recently used are forgotten first.
-TOKENS_REMEMBERED = 50_000
-NO_TOKEN = "address:"  # the group of requests without a token, before their address
+AUTH_SCOPE_KEY = "courier.auth"
+NO_TOKEN = "address:"  # the group of requests without a valid token, before their address
+OPERATOR_GROUP = "operator"
+# Answered before any authentication: they must answer while the store is slow.
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 
 REFUSALS = Counter("courier_gate_refusals", "Requests the gate refused on any face (REST, SSE, "
                    "subscriptions, MCP), by error code", ["code"])
 
 
-class Projects:
-    """Which project (or other caller) each token hash belongs to, as the gate found:
-    the groups of the process's fair share."""
+@dataclass(frozen=True)
+class Auth:
+    """What the headers of one request say of its caller."""
 
-    def __init__(self, size: int = TOKENS_REMEMBERED) -> None:
-        self._of: Lru[str, str] = Lru(size)
-
-    def learn(self, token_hash: str, group: str) -> None:
-        """Remember the group (a project id, or the token's own for an operator)."""
-        self._of.put(token_hash, group)
-
-    def group(self, scope: Scope) -> str:
-        """Whose turns a request waits among: its token's project, once known; a token
-        not seen yet, its own; without a token, its client address's."""
-        token = bearer(authorization(scope))
-        if token is None:
-            return NO_TOKEN + client_address(scope)
-        token_hash = ids.token_hash(token)
-        return self._of.get(token_hash) or token_hash
+    caller: Caller | None
+    # Why there is no caller; None with no caller: no token was sent (refused at use,
+    # so that public routes spend nothing).
+    refusal: CourierError | None
+    address: str
+    # Whose turns the request waits among in the fair share.
+    group: str
 
 
 class Gate:
     """Authentication and rate limits for one API process."""
 
-    def __init__(self, store: Store, operator_token: str, rate_per_s: float,
-                 projects: Projects | None = None) -> None:
+    def __init__(self, store: Store, operator_token: str, rate_per_s: float) -> None:
         self.store = store
         self.operator_token = operator_token
-        self.projects = projects or Projects()
         self.tokens = RateLimiter(rate_per_s, "token")
         self.addresses = RateLimiter(rate_per_s, "address without a valid token")
 
-    async def admit(self, token: str | None, address: str) -> Caller:
-        """The caller of a request that carried ``token`` (or none) from ``address``.
+    async def authenticate(self, scope: Scope) -> Auth:
+        """What the request's headers say of its caller (the token hashed once)."""
+        address = client_address(scope)
+        anonymous = NO_TOKEN + address
+        token = bearer(authorization(scope))
+        if token is None:
+            return Auth(None, None, address, anonymous)
+        token_hash = ids.token_hash(token)
+        try:
+            caller = await authenticate(self.store, self.operator_token, token, token_hash)
+        except CourierError as exc:
+            return Auth(None, self._refused(self._limited(address) or exc), address, anonymous)
+        except STORE_DOWN:  # answered like any route's store failure, from the scope
+            return Auth(None, store_unavailable(), address, anonymous)
+        group = (OPERATOR_GROUP if caller.kind is CallerKind.OPERATOR
+                 else str(caller.project_id))
+        try:
+            self.tokens.check(token_hash)
+        except CourierError as exc:
+            return Auth(None, self._refused(exc), address, group)
+        return Auth(caller, None, address, group)
+
+    def caller(self, auth: Auth) -> Caller:
+        """The request's caller.
 
         Raises:
             CourierError: UNAUTHENTICATED (with ``WWW-Authenticate``) or RATE_LIMITED.
         """
-        try:
-            return await self._admit(token, address)
-        except CourierError as exc:
-            REFUSALS.labels(code=exc.code).inc()
-            raise
+        if auth.caller is not None:
+            return auth.caller
+        if auth.refusal is not None:
+            raise auth.refusal
+        raise self._refused(self._limited(auth.address)
+                            or unauthenticated("send Authorization: Bearer <token>"))
 
-    async def _admit(self, token: str | None, address: str) -> Caller:
+    def _limited(self, address: str) -> CourierError | None:
+        """The 429 of an address past its rate, else None (one request spent)."""
         try:
-            caller = await authenticate(self.store, self.operator_token, token)
+            self.addresses.check(address)
         except CourierError as exc:
-            if exc.code == "UNAUTHENTICATED":
-                self.addresses.check(address)
-            raise
-        assert token is not None
-        token_hash = ids.token_hash(token)
-        self.projects.learn(token_hash, caller.project_id or token_hash)
-        self.tokens.check(token_hash)
-        return caller
+            return exc
+        return None
+
+    @staticmethod
+    def _refused(exc: CourierError) -> CourierError:
+        REFUSALS.labels(code=exc.code).inc()
+        return exc
+
+
+class Authenticate:
+    """ASGI middleware: each request's ``Auth`` into its scope, from its headers alone."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in HEALTH_PATHS:
+            await self.app(scope, receive, send)
+            return
+        gate: Gate = scope["app"].state.services.gate
+        auth = await gate.authenticate(scope)
+        scope[AUTH_SCOPE_KEY] = auth
+        if auth.caller is None and has_body(scope):
+            try:
+                gate.caller(auth)
+            except CourierError as exc:
+                await refuse(exc, scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def auth_of(scope: Scope) -> Auth:
+    """The ``Auth`` that ``Authenticate`` put in the request's scope."""
+    found: Auth = scope[AUTH_SCOPE_KEY]
+    return found
+
+
+async def refuse(exc: CourierError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer ``exc`` and close the connection: the rest of the body is not read."""
+    response = JSONResponse(exc.body(), exc.status, headers={**exc.headers, "Connection": "close"})
+    await response(scope, receive, send)
+
+
+def has_body(scope: Scope) -> bool:
+    """True when the request says a body follows (a length over 0, or chunks)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
 
 
 def authorization(scope: Scope) -> str | None:

@@ -2,8 +2,9 @@
 
 Streamable HTTP (the official ``mcp`` SDK), stateless and with JSON answers, so
 any API process can serve any request. Every request carries the agent's
-bearer token; ``BearerAgent`` admits it through the same gate as the HTTP API
-(authentication, rate limits) and hands the caller to the tools through the request. Each tool is a
+bearer token; ``BearerAgent`` takes the caller the gate found for the request
+(authentication, rate limits: the same as the HTTP API's) and hands it to the tools
+through the request; its streams count and end as event streams do. Each tool is a
 thin wrapper over the service function of its HTTP twin and returns the same
 JSON (as text and as structured content); an error comes back as a tool error
 (``isError``) carrying the API's error object, an unexpected failure included
@@ -12,9 +13,13 @@ JSON (as text and as structured content); an error comes back as a tool error
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,7 +33,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messaging import __version__ as COURIER_VERSION
 from messaging.config import Settings
@@ -52,18 +57,21 @@ from messaging.models import (
     Summary,
 )
 from messaging.runtime.publish import BatchPublisher
-from messaging.service import directory, reading, search, sending, subscriptions
-from messaging.service.caller import Caller, bearer
+from messaging.service import directory, events, reading, search, sending, subscriptions
+from messaging.service.caller import Caller
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
+from messaging.timefmt import now_us
 from messaging.web import refusals
-from messaging.web.guard import Gate, authorization, client_address
+from messaging.web.guard import Gate, auth_of
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 FACE = "mcp"  # the face label of its refusals
+# How often an open MCP stream checks that its agent's token still admits it.
+STREAM_CHECK_S = 2.0
 CALLER_SCOPE_KEY = "courier.caller"
 SERVER_NAME = "courier"
 SHORT_SUBJECT_MAX = 80
@@ -89,7 +97,15 @@ Call = Callable[[Services, Caller], Awaitable[Json]]
 
 
 class BearerAgent:
-    """Admits requests that carry an agent's bearer token; answers others in the API's shape."""
+    """Admits requests that carry an agent's bearer token; answers others in the API's shape.
+
+    The caller comes from the request's scope (``guard.Authenticate``). A ``GET``
+    opens a stream: it holds one of the agent's stream slots (shared with its event
+    streams, ``events.claim``: 429 beyond) and ends once the agent's token no longer
+    admits it (rotated, retired, closed), checked every ``STREAM_CHECK_S``. POSTs are
+    answered as JSON and hold nothing: sessions are stateless, so none is left to
+    expire.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -100,17 +116,76 @@ class BearerAgent:
             return
         svc: Services = scope["app"].state.services
         try:
-            caller = await svc.gate.admit(bearer(authorization(scope)), client_address(scope))
+            caller = svc.gate.caller(auth_of(scope))
             project_id, agent_id = caller.require_agent()
         except CourierError as exc:
-            await JSONResponse(exc.body(), exc.status, headers=exc.headers)(scope, receive, send)
+            await _answer(exc, scope, receive, send)
             return
         scope[CALLER_SCOPE_KEY] = caller
         # The SDK binds stateful sessions to this identity.
         scope["user"] = AuthenticatedUser(AccessToken(
             token="", client_id=agent_id, scopes=["agent"], subject=agent_id,
             claims={"project_id": project_id}))
-        await self.app(scope, receive, send)
+        if scope["method"] == "GET":
+            await self._stream(svc.store, caller, scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _stream(self, store: Store, caller: Caller, scope: Scope, receive: Receive,
+                      send: Send) -> None:
+        """The SDK's stream, in one of the agent's slots, while the agent's token admits."""
+        project_id, agent_id = caller.require_agent()
+        stream = "mcp-" + uuid.uuid4().hex
+        try:
+            await events.claim(store, caller, stream)
+        except CourierError as exc:
+            await _answer(exc, scope, receive, send)
+            return
+        response = _Tracked(send)
+        served: asyncio.Task[None] = asyncio.ensure_future(
+            self.app(scope, receive, response.send))
+        try:
+            token = await events.live_token(store, project_id, agent_id)
+            renew_at = time.monotonic() + events.STREAM_RENEW_S
+            while not (await asyncio.wait({served}, timeout=STREAM_CHECK_S))[0]:
+                if await events.live_token(store, project_id, agent_id) != token:
+                    break
+                if time.monotonic() >= renew_at:
+                    await store.live.claim_stream(project_id, agent_id, stream,
+                                                  now_us() // 1000, events.STREAM_LEASE_MS,
+                                                  events.STREAMS_PER_AGENT)
+                    renew_at = time.monotonic() + events.STREAM_RENEW_S
+            else:
+                await served  # the client left, or the SDK ended it
+                return
+            served.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await served
+            if response.started and not response.ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if not served.done():
+                served.cancel()
+            await asyncio.shield(store.live.release_stream(project_id, agent_id, stream))
+
+
+class _Tracked:
+    """An ASGI ``send`` that remembers whether the answer started and ended."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = self.ended = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
+
+
+async def _answer(exc: CourierError, scope: Scope, receive: Receive, send: Send) -> None:
+    await JSONResponse(exc.body(), exc.status, headers=exc.headers)(scope, receive, send)
 
 
 def _result(body: Json, *, error: bool = False) -> CallToolResult:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from messaging import ids
 from messaging.service.caller import bearer
 from messaging.web.fairshare import FairShare, ProjectShare
-from messaging.web.guard import Projects, authorization
+from messaging.web.guard import AUTH_SCOPE_KEY, NO_TOKEN, Auth, authorization
 
 
 async def _flood_and_one(share: FairShare, flood: int) -> tuple[int, list[int], float]:
@@ -196,27 +195,18 @@ def test_a_failing_send_gives_its_turn_back():
 # the middleware: which requests share a project's turns
 
 
-def _scope(token: str | None = None, path: str = "/v1/messages", method: str = "POST",
+def _scope(group: str | None = None, path: str = "/v1/messages", method: str = "POST",
            client: str = "127.0.0.9") -> dict:
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
-    return {"type": "http", "method": method, "path": path, "headers": headers,
-            "client": (client, 50000)}
-
-
-def test_a_token_waits_with_its_project_once_the_gate_has_seen_it():
-    projects = Projects()
-    assert projects.group(_scope("tok-a1")) == ids.token_hash("tok-a1")
-    projects.learn(ids.token_hash("tok-a1"), "prj_a")
-    projects.learn(ids.token_hash("tok-a2"), "prj_a")
-    assert projects.group(_scope("tok-a1")) == projects.group(_scope("tok-a2")) == "prj_a"
-    assert projects.group(_scope()) != projects.group(_scope(client="127.0.0.10"))
-    assert projects.group(_scope()) not in {"prj_a", ids.token_hash("tok-a1")}
+    """A request the gate found to be of ``group`` (a project; None: no valid token)."""
+    auth = Auth(None, None, client, group or NO_TOKEN + client)
+    return {"type": "http", "method": method, "path": path, "headers": [],
+            "client": (client, 50000), AUTH_SCOPE_KEY: auth}
 
 
 def test_only_a_bearer_token_counts():
     basic = {**_scope(), "headers": [(b"authorization", b"Basic b3BlcmF0b3I6eA==")]}
-    assert Projects().group(basic) == Projects().group(_scope())
-    assert bearer(authorization(_scope("abc"))) == "abc"
+    assert bearer(authorization(basic)) is None
+    assert bearer(authorization({"headers": [(b"authorization", b"Bearer abc")]})) == "abc"
 
 
 async def _in_progress(share: ProjectShare, scopes: list[dict]) -> tuple[int, list[int]]:
@@ -244,26 +234,22 @@ async def _in_progress(share: ProjectShare, scopes: list[dict]) -> tuple[int, li
 
 
 def test_a_projects_flood_has_a_few_requests_in_progress_and_the_rest_wait_in_order():
-    projects = Projects()
-    for token in ("tok-a1", "tok-a2"):
-        projects.learn(ids.token_hash(token), "prj_a")
-    share = ProjectShare(lambda *a: None, projects, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
+    share = ProjectShare(lambda *a: None, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
                          share=FairShare(alone=3))
-    flood = [_scope("tok-a1" if i % 2 else "tok-a2") for i in range(12)]
+    flood = [_scope("prj_a") for i in range(12)]
     most, order = asyncio.run(_in_progress(share, flood))
     assert most == 3
     assert order == list(range(12))
 
 
 def test_another_project_and_event_streams_do_not_wait_for_a_flood():
-    projects = Projects()
-    projects.learn(ids.token_hash("tok-a"), "prj_a")
-    projects.learn(ids.token_hash("tok-b"), "prj_b")
-    share = ProjectShare(lambda *a: None, projects, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
+    share = ProjectShare(lambda *a: None, streams=["/v1/agents/me/events"],  # type: ignore[arg-type]
                          share=FairShare(alone=2, shared=2))
-    scopes = [_scope("tok-a") for _ in range(6)]
-    scopes += [_scope("tok-b"), _scope("tok-a", path="/v1/agents/me/events", method="GET")]
+    scopes = [_scope("prj_a") for _ in range(6)]
+    scopes += [_scope("prj_b"), _scope("prj_a", path="/v1/agents/me/events", method="GET"),
+               _scope("prj_a", path="/healthz", method="GET")]
     most, order = asyncio.run(_in_progress(share, scopes))
-    # A's two, B's one and A's stream were in progress together, before A's other four.
-    assert most == 4
-    assert order[:4] == [0, 1, 6, 7]
+    # A's two, B's one, A's stream and a health check were in progress together,
+    # before A's other four.
+    assert most == 5
+    assert order[:5] == [0, 1, 6, 7, 8]
