@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from messaging.client import CourierClient
+from messaging.runtime import procfile, workerpool
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import connect, keys
 from tests.cluster import EmbeddedCluster
@@ -179,12 +180,18 @@ class Stack:
         wait_until(up, START_TIMEOUT_S, what=name)
         return proc, url
 
+    def procfile_argv(self, process: str, env: dict[str, str] | None = None) -> list[str]:
+        """The Procfile's command line for ``process``, expanded as ``courier run`` does."""
+        argv = procfile.commands({**self.env, **(env or {})})[process]
+        assert argv[0] == sys.executable, argv
+        return argv[1:]
+
     def start_api(self, env: dict[str, str] | None = None, port: int = 0) -> tuple[Proc, str]:
-        """An API process (on a free port unless given); it and its URL once it answers."""
-        return self.serve("api", ["-m", "messaging.web.serve", "messaging.web.app:app",
-                                  "--host", "127.0.0.1",
-                                  "--port", "{port}", "--log-level", "warning"], "/healthz", env,
-                          port)
+        """The Procfile's API process (on a free port unless given); it and its URL once
+        it answers."""
+        port = port or free_port()
+        env = {**(env or {}), "COURIER_HOST": "127.0.0.1", "COURIER_PORT": str(port)}
+        return self.serve("api", self.procfile_argv("api", env), "/healthz", env, port)
 
     def start_flower(self, args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, str]:
         """Flower (``args`` start it) on 127.0.0.1; it and its URL once it answers."""
@@ -193,11 +200,14 @@ class Stack:
 
     def start_worker(self, queues: str = "deliver.inbox,courier.sweep", concurrency: int = 2,
                      beat: bool = True, env: dict[str, str] | None = None) -> Proc:
-        """A Celery worker process (with beat inside it unless told otherwise)."""
-        name = f"w{uuid.uuid4().hex[:6]}@test"
-        args = ["-m", "celery", "-A", "workers.app", "worker", "-Q", queues, "-c",
-                str(concurrency), "-n", name, "--loglevel", "INFO", "--without-mingle",
-                "--without-gossip"]
+        """A delivery worker with the options the Procfile's ``workers`` gives it, serving
+        ``queues``, with beat inside it unless told otherwise (so that killing the worker
+        stops the sweeper too, as the fault tests want)."""
+        args = workerpool.worker_argv(workerpool.SWEEP_TRANSPORT, concurrency=concurrency)[1:]
+        args[args.index("-Q") + 1] = queues
+        name = f"w{uuid.uuid4().hex[:6]}@test"  # each worker of a stack a node of its own
+        args[args.index("-n") + 1] = name
+        args += ["--without-mingle", "--without-gossip"]  # no other node to talk to
         if beat:
             args += ["-B", "-s", str(self.root / f"beat-{name}")]
         proc = self.spawn("worker", args, env)
