@@ -56,10 +56,17 @@ LOG_TAIL_LINES = 5
 
 
 HASH_LISTPACK_VALUE_BYTES = 2048
+# What the server answers a wrong password or user (no password set, or a wrong one).
+AUTH_REFUSED: tuple[type[Exception], ...] = (redis.AuthenticationError,
+                                             redis.exceptions.AuthenticationWrongNumberOfArgsError)
 
 
 class EmbeddedStoreError(RuntimeError):
     """The embedded store could not start (port taken, data dir in use, bad config)."""
+
+
+class StoreAuthError(RuntimeError):
+    """The store answered but refused the password (or user) in its URL."""
 
 
 class EmbeddedStore:
@@ -249,8 +256,8 @@ class EmbeddedStore:
                     pass  # not listening yet, or still loading the AOF
                 if time.monotonic() >= deadline:
                     raise EmbeddedStoreError(
-                        f"embedded store did not answer on {self.url} within {timeout_s:g} s;"
-                        f" see {self.log_path}"
+                        f"embedded store did not answer on {self.public_url} within "
+                        f"{timeout_s:g} s; see {self.log_path}"
                     )
                 time.sleep(POLL_INTERVAL_S)
         finally:
@@ -272,8 +279,8 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
     Raises:
         TimeoutError: it did not answer within ``timeout_s``.
-        redis.RedisError: it answered with an error other than "loading"
-            (a wrong password, for instance).
+        StoreAuthError: it refused the URL's password (or user).
+        redis.RedisError: it answered with another error than "loading".
         StoreUrlError: the URL cannot name a store.
     """
     deadline = time.monotonic() + timeout_s
@@ -287,11 +294,16 @@ def wait_ready(url: str, timeout_s: float) -> None:
                 return
             finally:
                 client.close()
+        except AUTH_REFUSED as exc:
+            # No retry: a wrong password stays wrong. The URL is shown masked.
+            raise StoreAuthError(
+                f"store at {connect.redacted(url)}: authentication failed (check the password "
+                f"in COURIER_REDIS_URL): {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as exc:
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"store at {url} did not answer within {timeout_s:g} s: {exc}"
-                ) from exc
+                    f"store at {connect.redacted(url)} did not answer within {timeout_s:g} s: "
+                    f"{exc}") from None
         time.sleep(POLL_INTERVAL_S)
 
 
