@@ -279,7 +279,7 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
     Raises:
         TimeoutError: it did not answer within ``timeout_s``.
-        StoreAuthError: it refused the URL's password (or user).
+        StoreAuthError: it refused the URL's password (or user) until ``timeout_s``.
         redis.RedisError: it answered with another error than "loading".
         StoreUrlError: the URL cannot name a store.
     """
@@ -295,10 +295,12 @@ def wait_ready(url: str, timeout_s: float) -> None:
             finally:
                 client.close()
         except AUTH_REFUSED as exc:
-            # No retry: a wrong password stays wrong. The URL is shown masked.
-            raise StoreAuthError(
-                f"store at {connect.redacted(url)}: authentication failed (check the password "
-                f"in COURIER_REDIS_URL): {exc}") from None
+            # Tried again until the deadline (a server still starting may not have
+            # its password yet), then called what it is. The URL is shown masked.
+            if time.monotonic() >= deadline:
+                raise StoreAuthError(
+                    f"store at {connect.redacted(url)}: authentication failed (check the "
+                    f"password in COURIER_REDIS_URL): {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as exc:
             if time.monotonic() >= deadline:
                 raise TimeoutError(

