@@ -53,4 +53,4 @@ QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
               search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
               fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3,
-              render_s=4.0, render_turns=2)
+              render_s=3.0, render_turns=1)
