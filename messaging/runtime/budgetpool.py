@@ -132,6 +132,7 @@ class BudgetPool:
     async def _slot(self, child: _Child) -> None:
         """Feed one child calls from the queue, replacing it when a call runs out of budget."""
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[str | None] | None = None
         try:
             while True:
                 text, future = await self._queue.get()
@@ -144,4 +145,6 @@ class BudgetPool:
                     await loop.run_in_executor(self._threads, child.kill)
                     child = await loop.run_in_executor(self._threads, self._spawn)
         finally:
+            if future is not None and not future.done():
+                future.set_result(None)  # stopped mid-call: its caller is not left waiting
             child.kill()
