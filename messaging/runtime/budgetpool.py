@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-# How much lower the children's scheduling priority is than the API's.
-CHILD_NICENESS = 10
+# The children's niceness: the lowest priority, so they get only the CPU nothing else wants.
+CHILD_NICENESS = 19  # os.nice adds it to the parent's, up to 19
 STOP_TIMEOUT_S = 2.0
 
 Work = Callable[[str], str]
