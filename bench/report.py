@@ -169,9 +169,27 @@ def streams_rows(r: Json) -> list[Row]:
     return rows
 
 
+def rendering_rows(r: Json) -> list[Row]:
+    """B's p99 beside A's pathological thread against B alone; A's rendered answer times."""
+    base = f"B alone @{r['rate_per_s']:g}/s"
+    rows = [_row("rendering", f"B {what} p99 ms beside a pathological thread",
+                 r[what]["pathological"]["p99_ms"], r[what]["alone"]["p99_ms"], base,
+                 "<= 1.5x", _at_most(1.5), on_ratio=True) for what in ("send", "read")]
+    t = r["thread"]
+    rows += [
+        _row("rendering", "pathological thread, slowest answer ms", t["max_ms"],
+             target="<= 2000 ms", check=_at_most(2000)),
+        _row("rendering", "pathological thread, p50 answer ms", t["p50_ms"]),
+        _row("rendering", "pathological thread, answers", t["answers"]),
+        _row("rendering", "crafted bodies in it", t["crafted_bodies"]),
+    ]
+    return rows
+
+
 ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
-        "fairness": fairness_rows, "streams": streams_rows}
+        "fairness": fairness_rows, "streams": streams_rows,
+        "rendering": rendering_rows}
 
 
 def rows(results: Json) -> list[Row]:

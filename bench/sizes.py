@@ -39,6 +39,11 @@ class Sizes:
     fairness_floods: int = 5
     # (--quick: B's windows leave a gap while the next load generator starts, and a
     # drain of 1,000 can fall in one; longer windows and a third flood make that rare.)
+    # Rendering: B's time under load on each side (alone, beside A's thread), split
+    # into turns that alternate, and B's rate of sends and of reads.
+    render_s: float = 30.0
+    render_turns: int = 3
+    render_rate_per_s: float = 10.0
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
@@ -47,4 +52,5 @@ FULL = Sizes()
 QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
               search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
-              fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3)
+              fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3,
+              render_s=3.0, render_turns=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -88,6 +89,13 @@ class Settings(BaseSettings):
     # Connections open at once from one client address (a trusted proxy is not
     # counted); 0: no cap.
     max_connections_per_address: int = Field(default=256, ge=0)
+    # The embedded store's memory limit: bytes, or a number with kb, mb, gb (1024-based);
+    # 0: none. Unset: a quarter of the machine's memory.
+    store_max_memory: int = Field(default_factory=lambda: physical_memory_bytes() // 4, ge=0)
+    # How long one message body may take to render as HTML before it is shown as text.
+    render_budget_s: float = Field(default=1.0, gt=0, le=60)
+    # Processes of each API process that render message bodies.
+    render_processes: int = Field(default=1, ge=1, le=16)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -96,6 +104,11 @@ class Settings(BaseSettings):
             if part:
                 ipaddress.ip_network(part, strict=False)  # ValueError: not an address or network
         return value
+
+    @field_validator("store_max_memory", mode="before")
+    @classmethod
+    def _memory_parses(cls, value: object) -> object:
+        return parse_bytes(value) if isinstance(value, str) else value
 
     @field_validator("webhook_retry_schedule_s")
     @classmethod
@@ -215,6 +228,27 @@ class Settings(BaseSettings):
         finally:
             draft.unlink()
         return token
+
+
+BYTE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2,
+              "g": 1024**3, "gb": 1024**3}
+
+
+def parse_bytes(value: str) -> int:
+    """Parse a size: ``536870912``, ``512mb``, ``2gb``, ``64k`` (1024-based, any case).
+
+    Raises:
+        ValueError: not a whole number with one of those units.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if match is None or match.group(2) not in BYTE_UNITS:
+        raise ValueError(f"{value!r} is not a size: bytes, or a number with kb, mb or gb")
+    return int(match.group(1)) * BYTE_UNITS[match.group(2)]
+
+
+def physical_memory_bytes() -> int:
+    """The machine's memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def parse_schedule(value: str) -> list[float]:

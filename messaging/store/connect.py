@@ -55,6 +55,16 @@ class ClusterClient(RedisCluster):
         super().close()
 
 
+def redacted(url: str) -> str:
+    """``url`` with its password masked, fit for a log line or an error message."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, location = rest.rpartition("@")
+    if not sep or not at:
+        return url
+    user = creds.partition(":")[0]
+    return f"{scheme}://{user}:***@{location}" if user else f"{scheme}://***@{location}"
+
+
 def is_cluster(url: str) -> bool:
     """True when ``url`` names a Redis Cluster."""
     return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES

@@ -26,6 +26,7 @@ from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
+from messaging.service.rendering import Renderer
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web import openapi
@@ -117,7 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         publisher.start()
         svc = Services(settings, store, publisher, operator_token,
                        Gate(store, operator_token, settings.rate_limit_per_s),
-                       Hub(store))
+                       Hub(store), Renderer(settings.render_processes, settings.render_budget_s))
+        await svc.renderer.start()
         app.state.services = svc
         # What was loaded at start lives as long as the process: keep it out of
         # every collection, so a collection's pause stays short.
@@ -128,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield
         finally:
             await publisher.stop()
+            await svc.renderer.stop()
             await svc.hub.close()
             await svc.store.close()
 

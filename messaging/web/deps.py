@@ -14,6 +14,7 @@ from messaging.config import Settings
 from messaging.runtime.publish import BatchPublisher
 from messaging.service.caller import Caller
 from messaging.service.events import Hub
+from messaging.service.rendering import Renderer
 from messaging.store.store import Store
 from messaging.web.guard import Gate, auth_of
 
@@ -28,6 +29,7 @@ class Services:
     operator_token: str
     gate: Gate
     hub: Hub
+    renderer: Renderer
 
 
 async def services(request: Request) -> Services:

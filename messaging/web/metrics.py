@@ -28,13 +28,17 @@ from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
 
 OUTCOMES = ("accepted", "rejected", "failed", "unknown")
-# Used memory this close to maxmemory counts as full: a send needs a few KB.
+# Used memory this close to maxmemory, beyond the largest body, counts as full.
 FULL_MARGIN_BYTES = 64 * 1024
 
 
-def store_full(used_bytes: int, max_bytes: int) -> bool:
-    """True when the store has a memory limit and is (all but) at it."""
-    return max_bytes > 0 and used_bytes >= max_bytes - FULL_MARGIN_BYTES
+def store_full(used_bytes: int, max_bytes: int, largest_write_bytes: int = 0) -> bool:
+    """True when the store has a memory limit and the largest write may not fit under it.
+
+    The store refuses a write while it holds the request too, so a send with
+    the largest body is refused that much before the limit.
+    """
+    return max_bytes > 0 and used_bytes >= max_bytes - FULL_MARGIN_BYTES - largest_write_bytes
 # How many projects /metrics names in its backlog gauge.
 BUSIEST = 10
 

@@ -211,6 +211,10 @@ def test_courier_up_runs_the_stack_stops_on_ctrl_c_and_keeps_data(tmp_path: Path
     assert proc.returncode == 0, output[-3000:]
     for name in ("API:", "Flower:", "operator token", f"data:   {tmp_path / 'data'}"):
         assert name in output
+    # The banner names the token's file; no secret is ever printed.
+    assert f"operator token: new, in {tmp_path / 'data' / 'operator-token'}" in output
+    assert operator not in output
+    assert (tmp_path / "data" / "store-password").read_text().strip() not in output
 
     proc = _up(tmp_path / "data", ports)
     try:

@@ -50,5 +50,9 @@ async def console_asset(asset: str) -> Response:
 
 @router.get("/v1/threads/{thread_id}/rendered", response_model=answers.RenderedThread)
 async def rendered_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
-    """A thread as the caller may see it, each message with sanitized ``body_html``."""
-    return ok(await rendering.rendered_thread(svc.store, who, thread_id))
+    """A thread as the caller may see it, each message with sanitized ``body_html``.
+
+    A body that cannot be rendered within the budget is shown as escaped
+    preformatted text (``<pre class="unrendered">``).
+    """
+    return ok(await rendering.rendered_thread(svc.store, who, thread_id, svc.renderer))

@@ -35,7 +35,7 @@ async def readyz(svc: Svc) -> JSONResponse:
         used, limit = await svc.store.memory()
     except STORE_DOWN + (redis.exceptions.RedisError,):
         store_ok = False
-    full = metrics.store_full(used, limit)
+    full = metrics.store_full(used, limit, svc.settings.max_body_bytes)
     try:
         broker_ok = await asyncio.wait_for(
             asyncio.to_thread(svc.publisher.publisher.ping), BROKER_PROBE_TIMEOUT_S)
