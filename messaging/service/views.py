@@ -90,9 +90,8 @@ def delivery_view(d: Json) -> Json:
     attempts = []
     for a in json.loads(d.get("attempts") or "[]"):
         row = {"n": a["n"], "started_ts": rfc3339(a["started_us"]),
-               "ended_ts": rfc3339(a.get("ended_us"))}
-        if a.get("error"):
-            row["error"] = a["error"]
+               "ended_ts": rfc3339(a.get("ended_us")), "outcome": a.get("outcome"),
+               "error": a.get("error") or None}
         attempts.append(row)
     return {
         "delivery_id": d["id"],
