@@ -66,6 +66,7 @@ def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> J
     only the viewer, and the sender's summary is left out.
     """
     msg: Json = unpack_message(record["json"])
+    msg.pop("via_id", None)  # who may see it as its sender; ``via`` names that agent
     if not full:
         resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
         msg["bcc"] = [b for b in msg["bcc"] if viewer_id and resolved.get(b) == viewer_id]
