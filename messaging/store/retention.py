@@ -18,7 +18,7 @@ from redis.lock import Lock
 
 from messaging.store import keys
 from messaging.store.connect import SyncClient
-from messaging.store.schema import unpack_message
+from messaging.store.schema import senders, unpack_message
 from messaging.store.scripts import source
 from messaging.store.searchindex import unindex_messages
 
@@ -186,7 +186,7 @@ class RetentionStore:
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
                 msg = unpack_message(stored.record["json"])
-                gone.append((stored.message_id, msg, [msg["sender_id"],
+                gone.append((stored.message_id, msg, [*senders(msg),
                                                       *(a for _, a in stored.pairs)]))
         unindex_messages(self.client, self._prune_words, project_id, gone)
         return removed
