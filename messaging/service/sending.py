@@ -181,14 +181,11 @@ def _check_notice(body: SendIn) -> None:
                   "resource_notice.next_action")
 
 
-def _canonical(body: SendIn, sender_name: str) -> Json:
+def _canonical(body: SendIn) -> Json:
     """The request with defaults applied: what the fingerprint and the message hold."""
     req: Json = body.model_dump(mode="json")
     req["importance"] = req["importance"] or Importance.NORMAL.value
     req["ack_required"] = bool(req["ack_required"])
-    if body.resource_notice is not None:
-        subject, text = notice_text(req["resource_notice"], sender_name)
-        req["subject"], req["body_md"] = subject, text
     req["body_md"] = req["body_md"] if req["body_md"] is not None else ""
     return req
 
@@ -283,10 +280,12 @@ async def _admission(
     # Only a thread's participants post into it; an id no message has starts a thread.
     if body.thread_id is not None and not await takes_part(store, caller, body.thread_id):
         raise not_found("thread")
-    req = _canonical(body, sender["name"])
+    req = _canonical(body)
     if in_reply_to is not None:
         req["in_reply_to"] = in_reply_to
     policy, quiet_invalid = _policy(body, req)
+    subject, body_md = (req["subject"], req["body_md"]) if body.resource_notice is None else (
+        notice_text(req["resource_notice"], sender["name"]))
     message_id = ids.new_message_id(project_id)
     recipients = [*body.to, *body.cc, *body.bcc]
     message = {
@@ -295,7 +294,7 @@ async def _admission(
         "sender_location": {"project_key": sender["project_key"],
                             "bound_source": sender.get("bound_source")},
         "to": body.to, "cc": body.cc, "bcc": body.bcc,
-        "subject": req["subject"], "body_md": req["body_md"], "topic": body.topic,
+        "subject": subject, "body_md": body_md, "topic": body.topic,
         "importance": req["importance"], "ack_required": req["ack_required"],
         "delivery_policy": req["delivery_policy"], "resource_notice": req["resource_notice"],
         "summary": body.summary, "in_reply_to": in_reply_to, "probe": body.probe,
