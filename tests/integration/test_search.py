@@ -188,7 +188,7 @@ def test_the_mcp_tool_returns_the_http_json(mail: tuple[Agent, Agent, Agent], pr
 
     async def call() -> Json:
         async with mcp(project, bob) as tools:
-            return await tools("search_messages", q="auth*", sender="Alice", limit=1)
+            return await tools("search_messages", q="auth*", limit=1, **{"from": "Alice"})
 
     assert asyncio.run(call()) == bob.api.search("auth*", sender="Alice", limit=1)
 
