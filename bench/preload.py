@@ -27,7 +27,7 @@ from messaging import ids
 from messaging.config import get_settings
 from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
-from messaging.store.schema import pack_message, unpack_message
+from messaging.store.schema import pack_message, unpack_message, without_sender
 from messaging.store.scripts import Scripts
 from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
@@ -138,7 +138,7 @@ def _send(project_id: str, sender: Agent, recipient: Agent, template: dict[str, 
         "quiet_invalid": False, "recipients": [{"s": recipient.name}],
         "delivery_ids": [delivery_id],
     }
-    return args, pack_message({**template, "id": mid, "thread_id": mid})
+    return args, pack_message(without_sender({**template, "id": mid, "thread_id": mid}))
 
 
 def wait_persisted(r: redis.Redis, timeout_s: float = 600.0) -> float:

@@ -62,7 +62,7 @@ def message_words(msg: dict[str, Any]) -> list[str]:
 
 def filter_terms(msg: dict[str, Any]) -> list[str]:
     """The terms of a message that are not words: ``*``, its sender, its topic."""
-    terms = [EVERY, sender_term(str(msg.get("from") or ""))]
+    terms = [EVERY, sender_term(str(msg.get("sender_name") or msg.get("from") or ""))]
     if msg.get("topic"):
         terms.append(topic_term(str(msg["topic"])))
     return terms

@@ -195,5 +195,6 @@ async def set_presence(
         raise not_found("agent")
     if dispatcher is not None:
         for notice in fired:
-            dispatcher.submit(project_id, notice.transport, notice.delivery_id)
+            if notice.transport:  # held notices wait for the project's human
+                dispatcher.submit(project_id, notice.transport, notice.delivery_id)
     return agent_row(updated)

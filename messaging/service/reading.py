@@ -13,7 +13,7 @@ from messaging.models import HUMAN, InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
-from messaging.store.schema import unpack_message
+from messaging.store.schema import senders, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
@@ -36,8 +36,8 @@ def _project_of(caller: Caller, scoped_id: str, what: str) -> str:
 
 def visible(caller: Caller, record: Json) -> Json | None:
     """The message as the caller may see it, or None."""
-    msg_sender = unpack_message(record["json"])["sender_id"]
-    if caller.kind is not CallerKind.AGENT or caller.agent_id == msg_sender:
+    sent_by = senders(unpack_message(record["json"]))
+    if caller.kind is not CallerKind.AGENT or caller.agent_id in sent_by:
         return message_view(record, full=True)
     if caller.agent_id in {a for _, a in deliveries_of(record)} - withheld_from(record):
         return message_view(record, full=False, viewer_id=caller.agent_id)
@@ -197,10 +197,10 @@ def _withheld(dlv: Json) -> bool:
     return dlv.get("held") == "1" or dlv.get("declined") == "1"
 
 
-def _may_read_delivery(caller: Caller, dlv: Json, sender_id: str) -> bool:
+def _may_read_delivery(caller: Caller, dlv: Json, sent_by: set[str]) -> bool:
     if caller.sees_project(dlv["_project_id"]):
         return True
-    if caller.agent_id is not None and caller.agent_id == sender_id:
+    if caller.agent_id is not None and caller.agent_id in sent_by:
         return True
     return caller.agent_id == dlv["agent_id"] and not _withheld(dlv)
 
@@ -212,8 +212,8 @@ async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
     if dlv is None:
         raise await missing(store, caller, project_id, delivery_id, "delivery")
     record = await store.get_message(project_id, dlv["message_id"])
-    sender_id = unpack_message(record["json"])["sender_id"] if record else ""
-    if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sender_id):
+    sent_by = senders(unpack_message(record["json"])) if record else set()
+    if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sent_by):
         raise not_found("delivery")
     return delivery_view(dlv)
 
@@ -224,12 +224,12 @@ async def message_deliveries(store: Store, caller: Caller, message_id: str) -> J
     record = await store.get_message(project_id, message_id)
     if record is None:
         raise await missing(store, caller, project_id, message_id, "message")
-    sender_id = unpack_message(record["json"])["sender_id"]
+    sent_by = senders(unpack_message(record["json"]))
     dids = [d for d, _ in deliveries_of(record)]
     dlvs = await store.get_deliveries(project_id, dids)
     rows = [
         delivery_view(d) for d in dlvs
-        if d and _may_read_delivery(caller, {**d, "_project_id": project_id}, sender_id)
+        if d and _may_read_delivery(caller, {**d, "_project_id": project_id}, sent_by)
     ]
     if not rows:
         raise not_found("message")

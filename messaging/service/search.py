@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from messaging.errors import invalid
-from messaging.models import SearchQuery
+from messaging.models import LABEL_RE, SearchQuery
 from messaging.searchtext import QUERY_WORDS_MAX, parse_query, sender_term, snippet, topic_term
 from messaging.service.caller import Caller
 from messaging.service.reading import visible
@@ -55,14 +55,19 @@ async def _search(store: Store, caller: Caller, project_id: str, viewer: str,
     groups = await store.search.expand(project_id, words)
     if q.topic is not None:
         groups.append([topic_term(q.topic)])
+    exact_from = None
     if q.sender is not None:
-        groups.append([sender_term(q.sender)])
+        # A name, or an exact address `Name [ref]` (as ``from`` shows it): the index
+        # knows names; the address is then checked on what the name found.
+        found = LABEL_RE.match(q.sender)
+        exact_from = q.sender if found else None
+        groups.append([sender_term(found.group("name") if found else q.sender)])
     page = await store.search.page(project_id, viewer, groups, hi, lo, q.limit)
     records = await store.get_messages(project_id, page.message_ids)
     items = []
     for record in records:
         view = visible(caller, record) if record else None
-        if view is not None:
+        if view is not None and exact_from in (None, view["from"]):
             view["snippet"] = snippet(view.get("body_md") or "", words)
             items.append(view)
     return {"messages": items, "next_cursor": page.next_score}

@@ -27,15 +27,18 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
-from messaging.store.schema import Target, pack_message, unpack_message
+from messaging.store.schema import Target, pack_message, senders, unpack_message, with_sender
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 
 Json = dict[str, Any]
 
 NOTICE_ACTIONS = {"released": {"none", "retry_admission"}, "cancelled": {"none", "drop_dependency"}}
+# A notice's text is Courier's and its delivery is fixed: no free text, no overrides,
+# whatever the value (``false`` and ``[]`` included).
 NOTICE_EXCLUDES = (
     "subject", "body_md", "cc", "bcc", "importance", "ack_required", "notification_policy",
+    "delivery_policy", "topic", "summary", "probe",
 )
 # Fields that say who is sending or label the sender's own copy: not the request.
 NOT_FINGERPRINTED = {"idempotency_key", "project_key", "sender_name", "summary"}
@@ -129,45 +132,53 @@ def fingerprint(operation: str, request: Json) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def notice_text(notice: Json) -> tuple[str, str]:
-    """The subject and readable body the service writes for a resource notice."""
+def notice_text(notice: Json, sender_name: str) -> tuple[str, str]:
+    """The subject and readable body the service writes for a resource notice: the
+    sender's claim, reported as a claim (never as a fact, a permission or a request)."""
     rid, phase, state, action = (
         notice["resource_id"], notice["phase_id"], notice["state"], notice["next_action"],
     )
-    subject = f"Resource {rid} {state} for phase {phase}"
-    lines = [f"The resource `{rid}` was {state} for phase `{phase}`."]
-    if action == "retry_admission":
-        lines.append("It is free again: the waiting work may be admitted again.")
-    elif action == "drop_dependency":
-        lines.append("The phase will not happen: the dependency on it can be dropped.")
+    if state == "released":
+        subject = f"{sender_name} reports `{rid}` released (phase {phase})"
+        claim = f"{sender_name} reports that `{rid}` was released (phase `{phase}`)."
     else:
-        lines.append("No action is requested.")
-    lines.append("This notice informs; it is not proof of release and grants no permission.")
+        subject = (f"{sender_name} reports that the dependency on `{rid}` for phase {phase} "
+                   "was cancelled")
+        claim = (f"{sender_name} reports that the dependency on `{rid}` for phase `{phase}` "
+                 "was cancelled.")
+    lines = [claim, f"The notice's next_action, as {sender_name} set it: `{action}`.",
+             "Courier carries this report as it was made and has not checked it."]
     return subject[:SUBJECT_MAX], "\n\n".join(lines) + "\n"
 
 
 def _check_notice(body: SendIn) -> None:
-    def bad(message: str) -> CourierError:
-        return CourierError("RESOURCE_NOTICE_INVALID", message, {"field": "resource_notice"})
+    def bad(message: str, field: str = "resource_notice") -> CourierError:
+        return CourierError("RESOURCE_NOTICE_INVALID", message, {"field": field})
 
     notice = body.resource_notice
     if notice is None:
         return
     present = [f for f in NOTICE_EXCLUDES if f in body.model_fields_set]
     if present:
-        raise bad(f"a resource notice takes no {', '.join(present)}")
+        raise CourierError(
+            "RESOURCE_NOTICE_INVALID",
+            f"{present[0]}: a resource notice takes no {', '.join(present)} (Courier writes "
+            "its text and delivers it the one way)",
+            {"field": present[0], "fields": present})
     if len(body.to) != 1:
-        raise bad("a resource notice goes to exactly one recipient")
+        raise bad("a resource notice goes to exactly one recipient", "to")
     if not body.idempotency_key:
-        raise bad("a resource notice needs a non-empty idempotency_key")
+        raise bad("a resource notice needs a non-empty idempotency_key", "idempotency_key")
     for name in ("resource_id", "phase_id"):
         if not NOTICE_ID_RE.fullmatch(getattr(notice, name)) or not getattr(notice, name).isascii():
-            raise bad(f"{name}: 1-96 ASCII letters, digits and _.:-, first a letter or digit")
+            raise bad(f"{name}: 1-96 ASCII letters, digits and _.:-, first a letter or digit",
+                      f"resource_notice.{name}")
     allowed = NOTICE_ACTIONS.get(notice.state)
     if allowed is None:
-        raise bad("state must be released or cancelled")
+        raise bad("state must be released or cancelled", "resource_notice.state")
     if notice.next_action not in allowed:
-        raise bad(f"{notice.state} allows next_action {' or '.join(sorted(allowed))}")
+        raise bad(f"{notice.state} allows next_action {' or '.join(sorted(allowed))}",
+                  "resource_notice.next_action")
 
 
 def _canonical(body: SendIn) -> Json:
@@ -175,9 +186,6 @@ def _canonical(body: SendIn) -> Json:
     req: Json = body.model_dump(mode="json")
     req["importance"] = req["importance"] or Importance.NORMAL.value
     req["ack_required"] = bool(req["ack_required"])
-    if body.resource_notice is not None:
-        subject, text = notice_text(req["resource_notice"])
-        req["subject"], req["body_md"] = subject, text
     req["body_md"] = req["body_md"] if req["body_md"] is not None else ""
     return req
 
@@ -276,16 +284,17 @@ async def _admission(
     if in_reply_to is not None:
         req["in_reply_to"] = in_reply_to
     policy, quiet_invalid = _policy(body, req)
+    subject, body_md = (req["subject"], req["body_md"]) if body.resource_notice is None else (
+        notice_text(req["resource_notice"], sender["name"]))
     message_id = ids.new_message_id(project_id)
     recipients = [*body.to, *body.cc, *body.bcc]
     message = {
         "id": message_id, "project_id": project_id,
         "thread_id": body.thread_id or message_id, "revision": 1,
-        "from": sender["name"], "sender_id": sender_id,
         "sender_location": {"project_key": sender["project_key"],
                             "bound_source": sender.get("bound_source")},
         "to": body.to, "cc": body.cc, "bcc": body.bcc,
-        "subject": req["subject"], "body_md": req["body_md"], "topic": body.topic,
+        "subject": subject, "body_md": body_md, "topic": body.topic,
         "importance": req["importance"], "ack_required": req["ack_required"],
         "delivery_policy": req["delivery_policy"], "resource_notice": req["resource_notice"],
         "summary": body.summary, "in_reply_to": in_reply_to, "probe": body.probe,
@@ -302,11 +311,15 @@ async def _admission(
         "has_bcc": bool(body.bcc),
     }
     # Compact, defaults left out: every stored byte is kept for the message's lifetime.
+    # The script writes who it is from (the sender's address or its root's: it resolves
+    # the recipients), first in the stored JSON.
     message_json = pack_message(message)
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation,
                                dispatcher.ready_kinds)
-    published = _hand_over(dispatcher, project_id, answer) if answer["status"] == "ok" else []
-    return answer, message_json, published
+    if answer["status"] != "ok":
+        return answer, message_json, []
+    published = _hand_over(dispatcher, project_id, answer)
+    return answer, with_sender(answer["sender"], message_json), published
 
 
 def _hand_over(dispatcher: Dispatcher, project_id: str,
@@ -409,7 +422,7 @@ async def _reply(
     original = unpack_message(record["json"])
     # a recipient the message is held from (or was declined by) knows nothing of it
     receivers = {a for _, a in deliveries_of(record)} - withheld_from(record)
-    if agent_id != original["sender_id"] and agent_id not in receivers:
+    if agent_id not in senders(original) and agent_id not in receivers:
         raise not_found("message")
     sender = await store.get_agent(project_id, original["sender_id"])
     if sender is None:

@@ -8,6 +8,11 @@ in the subscriber's inbox, delivered like any other, and an ``idle_notice``
 event on the subscriber's stream. Taking the subscription off the waiting list
 and writing its notice happen in one Lua step (``store/lua/notice_lib.lua``),
 so racing reports and the sweeper never send two.
+
+Only a session's main conversation (an agent without a parent) subscribes. A
+subscriber that holds peer mail has its notice held like peer mail: its user
+sees it first (the answer's ``notice_to`` says ``your_user``). A subscription
+without a message, or with one that has no text, costs the target nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from messaging import ids
 from messaging.config import Settings
 from messaging.errors import CourierError, not_found, unauthenticated
 from messaging.models import (
+    Inbound,
     SendIn,
     SubscriptionIn,
     SubscriptionMessageIn,
@@ -40,6 +46,7 @@ Json = dict[str, Any]
 
 SYSTEM_SENDER = "courier"  # the sender of idle notices: no agent, no token
 NOTICE_STATES = ("idle", "exited", "expired")
+MAIN_ONLY = "subscribe from the main conversation: a subagent's session subscribes, not it"
 
 
 def new_subscription_id(project_id: str) -> str:
@@ -71,7 +78,7 @@ def _notice_json(state: str, sub: Json, project_key: str) -> str:
     message = {
         "id": sub["notice_message_id"], "project_id": sub["project_id"],
         "thread_id": sub["notice_thread_id"], "revision": 1,
-        "from": SYSTEM_SENDER, "sender_id": SYSTEM_SENDER,
+        "from": SYSTEM_SENDER, "sender_name": SYSTEM_SENDER, "sender_id": SYSTEM_SENDER,
         "sender_location": {"project_key": project_key, "bound_source": None},
         "to": [sub["subscriber"]], "cc": [], "bcc": [],
         "subject": subject, "body_md": body, "topic": None,
@@ -100,6 +107,7 @@ def view(sub: Json) -> Json:
         "subscription_id": sub["id"],
         "kind": sub["kind"],
         "subscriber": sub["subscriber"],
+        "notice_to": sub.get("notice_to") or "you",
         "target": sub["target"],
         "target_id": sub["target_id"],
         "state": sub["state"],
@@ -128,6 +136,14 @@ async def _send_first(
     return await send(store, settings, dispatcher, caller, send_body)
 
 
+def _textless(message: SubscriptionMessageIn | None) -> bool:
+    """True for no message, or one with no text at all (no subject, a blank body, no
+    resource notice): such a subscription sends the target nothing."""
+    return message is None or (
+        message.resource_notice is None and not (message.subject or "").strip()
+        and not (message.body_md or "").strip())
+
+
 async def subscribe(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SubscriptionIn
 ) -> Sent:
@@ -145,11 +161,14 @@ async def subscribe(
     project = await store.get_project(project_id)
     if subscriber is None or project is None:
         raise unauthenticated("unknown token")
+    if subscriber.get("parent"):
+        raise CourierError("INVALID_ARGUMENT", MAIN_ONLY,
+                           {"field": "subscriber", "parent": subscriber["parent"]})
     now = now_us()
     sent = None
-    if body.message is not None:
-        sent = await _send_first(store, settings, dispatcher, caller, body.message,
-                                 body.target)
+    message = None if _textless(body.message) else body.message
+    if message is not None:
+        sent = await _send_first(store, settings, dispatcher, caller, message, body.target)
         target_obs = sent.body["delivery"]["observations"][0]
         target_id, target_label = target_obs["agent_id"], target_obs["recipient"]
         if target_id is None:
@@ -170,6 +189,8 @@ async def subscribe(
     sub: Json = {
         "id": sub_id, "project_id": project_id, "kind": body.kind,
         "subscriber_id": subscriber_id, "subscriber": label(subscriber),
+        # Who sees the notice first: a subscriber that holds peer mail, its user.
+        "notice_to": "your_user" if subscriber.get("inbound") == Inbound.HOLD else "you",
         "target_id": target_id, "target": target_label,
         "created_us": now, "expires_ms": now // 1000 + body.ttl_s * 1000, "ttl_s": body.ttl_s,
         "message_id": sent.body["id"] if sent else "",
@@ -188,7 +209,7 @@ async def subscribe(
     }, entry, sub)
     if answer["status"] == "refused":
         raise _refused(body.target, answer["reason"], persisted=sent is not None)
-    if answer["status"] == "notified":
+    if answer["status"] == "notified" and answer["transport"]:  # "": held for the user
         dispatcher.submit(project_id, answer["transport"], answer["delivery_id"])
     stored = await store.live.get_subscription(project_id, sub_id)
     if stored is None:

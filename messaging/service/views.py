@@ -66,6 +66,7 @@ def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> J
     only the viewer, and the sender's summary is left out.
     """
     msg: Json = unpack_message(record["json"])
+    msg.pop("via_id", None)  # who may see it as its sender; ``via`` names that agent
     if not full:
         resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
         msg["bcc"] = [b for b in msg["bcc"] if viewer_id and resolved.get(b) == viewer_id]
@@ -90,9 +91,8 @@ def delivery_view(d: Json) -> Json:
     attempts = []
     for a in json.loads(d.get("attempts") or "[]"):
         row = {"n": a["n"], "started_ts": rfc3339(a["started_us"]),
-               "ended_ts": rfc3339(a.get("ended_us"))}
-        if a.get("error"):
-            row["error"] = a["error"]
+               "ended_ts": rfc3339(a.get("ended_us")), "outcome": a.get("outcome"),
+               "error": a.get("error") or None}
         attempts.append(row)
     return {
         "delivery_id": d["id"],

@@ -68,9 +68,10 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   intersected with it)               no TTL
     :sxt:project                           zset   the project's indexed words, all scored 0,
                                                   for prefix look-ups by lex range   no TTL
-    :sxq                                   list   dispatched messages waiting to be indexed,
-                                                  oldest first: "<ms> <message_id> <agent_id>
-                                                  <sender_id>" (searchindex.py)       no TTL
+    :sxq                                   list   messages waiting to be indexed, oldest
+                                                  first: "<ms> <message_id> <agent_id>..."
+                                                  (the agents that see it: searchindex.py)
+                                                                                     no TTL
     :sxq_claim                             string the indexer working through :sxq (it
                                                   saves duplicate work only)      claim time
     :retention                             zset   every stored message id by the time (ms)

@@ -52,7 +52,7 @@ def _notice_keys(project_id: str, sub_id: str, entry: Json) -> list[str]:
 def _shared_keys(project_id: str) -> list[str]:
     return [keys.agents(project_id), keys.seq(project_id), keys.due(project_id),
             keys.subscriptions_due(project_id), keys.idle_subscriptions(project_id),
-            keys.retention(project_id)]
+            keys.retention(project_id), keys.held(project_id)]
 
 
 class Live:

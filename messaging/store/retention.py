@@ -18,7 +18,7 @@ from redis.lock import Lock
 
 from messaging.store import keys
 from messaging.store.connect import SyncClient
-from messaging.store.schema import unpack_message
+from messaging.store.schema import senders, unpack_message
 from messaging.store.scripts import source
 from messaging.store.searchindex import unindex_messages
 
@@ -73,15 +73,15 @@ def read_tombstone(value: str) -> tuple[str, frozenset[str]]:
 
 
 def _tombstones(stored: Stored, day: str) -> tuple[str, list[str]]:
-    """The tombstones of a message and of each of its deliveries: its sender sees
-    them all, each recipient its own unless the message was withheld from it
-    (declined: it never saw it)."""
+    """The tombstones of a message and of each of its deliveries: its sender (and the
+    subagent it came via) sees them all, each recipient its own unless the message
+    was withheld from it (declined: it never saw it)."""
     record = stored.record or {}
-    sender = unpack_message(record["json"]).get("sender_id", "") if record else ""
+    sent_by = sorted(senders(unpack_message(record["json"]))) if record else []
     withheld = set(json.loads(record.get("withheld") or "[]"))
     seen_by = [a for _, a in stored.pairs if a not in withheld]
-    return (tombstone(day, [sender, *seen_by]),
-            [tombstone(day, [sender] + ([a] if a in seen_by else [])) for _, a in stored.pairs])
+    return (tombstone(day, [*sent_by, *seen_by]),
+            [tombstone(day, sent_by + ([a] if a in seen_by else [])) for _, a in stored.pairs])
 
 
 def archived_ttl_s(retention_s: float) -> int:
@@ -186,7 +186,7 @@ class RetentionStore:
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
                 msg = unpack_message(stored.record["json"])
-                gone.append((stored.message_id, msg, [msg["sender_id"],
+                gone.append((stored.message_id, msg, [*senders(msg),
                                                       *(a for _, a in stored.pairs)]))
         unindex_messages(self.client, self._prune_words, project_id, gone)
         return removed

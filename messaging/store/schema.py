@@ -102,9 +102,15 @@ MESSAGE_DEFAULTS: dict[str, Any] = {
     "ack_required": False, "delivery_policy": "checked", "resource_notice": None,
     "summary": None, "in_reply_to": None, "probe": False,
 }
+# Who a message is from, written by the admission script (``admit_message.lua``):
+# ``from`` the address used (``Name [ref]``), ``sender_name`` its bare name,
+# ``sender_id`` its agent; ``via`` and ``via_id`` the subagent that sent it under
+# its root session's address (absent otherwise).
+SENDER_FIELDS = ("from", "sender_name", "sender_id", "via", "via_id")
 # The order of a message's fields when it is read back (others follow, as stored).
 MESSAGE_ORDER = (
-    "id", "project_id", "thread_id", "revision", "from", "sender_id", "sender_location",
+    "id", "project_id", "thread_id", "revision", "from", "sender_name", "sender_id", "via",
+    "via_id", "sender_location",
     "to", "cc", "bcc", "subject", "body_md", "topic", "importance", "ack_required",
     "delivery_policy", "resource_notice", "summary", "in_reply_to", "probe",
 )
@@ -129,6 +135,22 @@ def pack_message(msg: dict[str, Any]) -> str:
     return orjson.dumps(out).decode()
 
 
+def without_sender(msg: dict[str, Any]) -> dict[str, Any]:
+    """A message without its sender fields: what admission is given to store."""
+    return {k: v for k, v in msg.items() if k not in SENDER_FIELDS}
+
+
+def with_sender(sender_json: str, packed: str) -> str:
+    """A packed message (``without_sender``) with its sender fields' JSON object put
+    first, as the admission script stores it."""
+    return f"{sender_json[:-1]},{packed[1:]}"
+
+
+def senders(msg: dict[str, Any]) -> set[str]:
+    """The agents that sent a message: its sender, and the subagent it came ``via``."""
+    return {str(msg["sender_id"]), *([str(msg["via_id"])] if msg.get("via_id") else [])}
+
+
 def unpack_message(raw: str | bytes) -> dict[str, Any]:
     """A stored message's JSON with every field, in ``MESSAGE_ORDER``."""
     stored: dict[str, Any] = orjson.loads(raw)
@@ -143,6 +165,9 @@ def unpack_message(raw: str | bytes) -> dict[str, Any]:
         elif k in MESSAGE_DEFAULTS:
             msg[k] = copy.copy(MESSAGE_DEFAULTS[k])
     msg.update((k, v) for k, v in stored.items() if k not in msg)
+    if "sender_name" not in msg and "from" in msg:
+        # Stored before the sender's address was: ``from`` was the bare name.
+        msg["sender_name"] = msg["from"]
     if isinstance(msg.get("sender_location"), dict):
         msg["sender_location"].setdefault("bound_source", None)
     return msg

@@ -7,11 +7,13 @@ the smallest: its cost follows the matches, not the project's history. One
 message costs one posting per term plus one entry per agent that sees it (not
 one posting per term for each of them).
 
-Admission never writes here. The worker that dispatched a delivery puts its
+Admission writes no postings. The worker that dispatched a delivery puts its
 message, its recipient and its sender on the project's search queue (one
-round trip beside the delivery's own), and an indexer works through the queue
-from its head (``workers.indexer``: when and how much): an entry leaves the
-queue only once its message is indexed, whoever else indexed it meanwhile.
+round trip beside the delivery's own); a send that no dispatch will index for
+its sender yet (held, waiting for a name, or sent via a subagent) is queued
+for its sender by the admission script itself. An indexer works through the
+queue from its head (``workers.indexer``: when and how much): an entry leaves
+the queue only once its message is indexed, whoever else indexed it meanwhile.
 """
 
 from __future__ import annotations

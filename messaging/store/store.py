@@ -309,7 +309,9 @@ class Store:
 
         Deliveries over a transport of ``ready_kinds`` join their ready sets in
         the same script; the answer's ``ready`` says how many per transport, and
-        ``lane`` the queues they are served on.
+        ``lane`` the queues they are served on. ``message_json`` comes without its
+        sender fields (``schema.without_sender``): the script writes them, and the
+        answer's ``sender`` holds them.
         """
         sender = args["sender_id"]
         idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
@@ -330,6 +332,7 @@ class Store:
             keys.project(project_id),
             *(keys.ready(project_id, kind) for kind in ready_kinds),
             *per_recipient,
+            keys.search_queue(project_id),
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}

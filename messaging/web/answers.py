@@ -141,7 +141,11 @@ class Message(Answer):
     project_id: str
     thread_id: str
     created_ts: str
-    sender: str = Field(alias="from")
+    sender: str = Field(alias="from", description="the sender's exact address, `Name [ref]`: "
+                        "copy it into `to` to reach that sender and no other")
+    sender_name: str = Field(description="the sender's bare name")
+    via: str | None = Field(default=None, description="the subagent that sent it under its "
+                            "session's address (`from`), when it did")
     to: list[str]
     cc: list[str]
     bcc: list[str]
@@ -211,6 +215,9 @@ class Attempt(Answer):
     n: int
     started_ts: str | None
     ended_ts: str | None
+    outcome: str | None = Field(default=None, description="accepted, rejected, failed, unknown, "
+                                "or retry (failed before hand-off, tried again); null while "
+                                "it runs")
     error: str | None = None
 
 
@@ -282,6 +289,8 @@ class Subscription(Answer):
     subscription_id: str
     kind: str
     target: str
+    notice_to: str = Field(description="who sees the notice: you, or your_user when you hold "
+                           "peer mail (the notice is then held for the project's human)")
     state: str = Field(description="waiting, notified or expired")
     expires_ts: str
     message: Sent | None = Field(default=None, description="the message sent with it, if any")

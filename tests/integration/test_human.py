@@ -74,7 +74,7 @@ def test_agents_write_and_reply_to_human_and_the_inbox_cursor_is_exact(project: 
     asked = alice.api.send("human", "Need a decision", "Ship on Friday?")
     assert asked["delivery"]["observations"][0]["recipient"] == "human"
     [first] = human_mail(project, 1)
-    assert (first["id"], first["from"]) == (asked["id"], "Alice")
+    assert (first["id"], first["from"]) == (asked["id"], alice.label)
     page = human_inbox(project)
     cursor = page["next_cursor"]
     assert human_inbox(project, cursor)["messages"] == []
@@ -86,7 +86,7 @@ def test_agents_write_and_reply_to_human_and_the_inbox_cursor_is_exact(project: 
     later = wait_until(lambda: human_inbox(project, cursor)["messages"], what="the reply")
     assert [m["id"] for m in later] == [answer["id"]]
     thread = project.admin.request("GET", f"/v1/threads/{told['thread_id']}")["messages"]
-    assert [m["from"] for m in thread] == ["human", "Alice"]
+    assert [m["from"] for m in thread] == ["human", alice.label]
 
 
 def test_the_human_is_not_listed_as_an_agent(project: Project):

@@ -125,7 +125,7 @@ def test_another_agent_may_use_the_same_key(project: Project):
     first, second = post(alice, BODY), post(carol, BODY)
     assert (first.status_code, second.status_code) == (201, 201)
     assert first.json()["id"] != second.json()["id"]
-    assert second.json()["from"] == "Carol"
+    assert second.json()["from"] == carol.label
     wait_until(lambda: len(inbox(project.stack, project.project_id, bob)) == 2,
                what="both messages in Bob's inbox")
 

@@ -101,7 +101,7 @@ def test_a_message_goes_out_now_and_the_notice_waits_for_the_next_idle(project: 
     bob.api.set_presence("idle")
     sub = subscribe(alice, "Bob", message={"subject": "Review auth.py", "body_md": "# Please\n"})
     sent = sub["message"]
-    assert sub["state"] == "waiting" and sent["to"] == ["Bob"] and sent["from"] == "Alice"
+    assert sub["state"] == "waiting" and sent["to"] == ["Bob"] and sent["from"] == alice.label
     assert [o["agent_id"] for o in sent["delivery"]["observations"]] == [bob.id]
 
     bob.api.set_presence("idle")  # still idle: not a new idle
@@ -221,3 +221,62 @@ def test_notify_when_idle_and_watch_commands(project: Project):
     event = json.loads(line)
     assert (event["event"], event["data"]["target"], event["data"]["state"]) == (
         "idle_notice", bob.label, "idle")
+
+
+def test_a_subagent_cannot_subscribe_only_its_main_conversation_can(project: Project):
+    lead, _ = project.agent("Lead"), project.agent("Bob")
+    sub = project.agent("Sub", parent=lead.id)
+    before = project_state(project.stack, project.project_id)
+    for message in (None, {"subject": "Review", "body_md": "x"}):
+        with pytest.raises(CourierAPIError) as caught:
+            subscribe(sub, "Bob", message=message)
+        assert (caught.value.status, caught.value.code, caught.value.persisted) == (
+            422, "INVALID_ARGUMENT", False)
+        assert "main conversation" in str(caught.value)
+    assert project_state(project.stack, project.project_id) == before
+    assert subscribe(lead, "Bob")["notice_to"] == "you"
+
+
+def test_a_subscriber_that_holds_peer_mail_has_its_notice_held_for_its_user(project: Project):
+    watcher, bob = project.agent("Watcher", inbound="hold"), project.agent("Bob")
+    bob.api.set_presence("busy")
+    sub = subscribe(watcher, "Bob")
+    assert sub["notice_to"] == "your_user"
+    bob.api.set_presence("idle")
+    assert watcher.api.subscription(sub["subscription_id"])["outcome"] == "idle"
+
+    (held,) = wait_until(lambda: project.admin.held(project.project_id), what="the held notice")
+    assert (held["message"]["from"], held["held"]) == ("courier", True)
+    assert held["message"]["idle_notice"]["subscription_id"] == sub["subscription_id"]
+    time.sleep(1.0)  # the outbox grace would have published it by now, were it not held
+    assert watcher.api.inbox()["messages"] == []
+    assert stream_events(project, watcher, "idle_notice") == []
+
+    project.admin.release(held["delivery_id"])
+    (notice,) = notices_in_inbox(watcher, 1)
+    assert notice["id"] == held["message"]["id"]
+
+
+def test_a_pure_subscription_costs_the_target_nothing(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    bob.api.set_presence("busy")
+    sub = subscribe(alice, "Bob")
+    assert (sub["state"], sub["message"], sub["notice_to"]) == ("waiting", None, "you")
+    bob.api.set_presence("idle")
+    notices_in_inbox(alice, 1)
+    assert bob.api.inbox()["messages"] == []
+    assert stream_events(project, bob) == []
+
+
+@pytest.mark.parametrize("message", [{}, {"body_md": ""}, {"body_md": "  \n"},
+                                     {"body_md": "", "importance": "high"}])
+def test_a_message_without_text_sends_nothing_and_subscribes_purely(
+        project: Project, message: Json):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    bob.api.set_presence("busy")
+    sub = subscribe(alice, "Bob", message=message)
+    assert (sub["state"], sub["message"]) == ("waiting", None)
+    bob.api.set_presence("idle")
+    notices_in_inbox(alice, 1)
+    assert bob.api.inbox()["messages"] == []
+    assert stream_events(project, bob) == []

@@ -95,7 +95,7 @@ def test_send_fetch_acknowledge_list_and_get_delivery_return_the_http_json(proje
             return sent, mail, acked, agents, delivery
 
     sent, mail, acked, agents, delivery = asyncio.run(scenario())
-    assert sent["persisted"] is True and sent["from"] == "Alice"
+    assert sent["persisted"] is True and sent["from"] == alice.label
     assert alice.api.get_message(sent["id"]) == {k: v for k, v in sent.items()
                                                  if k not in ("persisted", "idempotent_replay",
                                                               "delivery")}
@@ -190,7 +190,7 @@ def test_two_agents_wired_only_through_mcp_hand_work_and_wait_for_each_other(pro
             mail = {m["id"]: m for m in await a.new_mail(3)}
             handoff = mail.pop(fix["id"])
             (bob_done,) = [m for m in mail.values() if m["from"] == "courier"]
-            (reply,) = [m for m in mail.values() if m["from"] == "Bob"]
+            (reply,) = [m for m in mail.values() if m["from"] == bob.label]
             assert reply["subject"] == "Re: Review auth.py"
             assert (bob_done["from"], bob_done["idle_notice"]["target"],
                     bob_done["idle_notice"]["state"]) == ("courier", bob.label, "idle")

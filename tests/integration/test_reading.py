@@ -319,7 +319,7 @@ def test_a_reply_keeps_the_thread_and_goes_to_the_original_sender(project: Proje
     reply = bob.api.reply(sent["id"], "Done.")
     assert reply["thread_id"] == "plan-7"
     assert reply["to"] == [alice.label] and recipients_of(reply) == [alice.id]
-    assert reply["from"] == "Bob" and reply["in_reply_to"] == sent["id"]
+    assert reply["from"] == bob.label and reply["in_reply_to"] == sent["id"]
     assert (reply["subject"], reply["body_md"], reply["topic"]) == ("Re: Plan", "Done.", "build")
     arrived(project, alice, 1)
     assert [m["id"] for m in alice.api.inbox()["messages"]] == [reply["id"]]
@@ -463,7 +463,7 @@ def test_retire_and_close_revoke_the_token_and_keep_history_readable(project: Pr
     assert caught.value.status == 401
     assert project.admin.get_message(sent["id"])["body_md"] == "x"
     assert [m["id"] for m in project.admin.thread(sent["thread_id"])] == [sent["id"], reply["id"]]
-    assert alice.api.get_message(reply["id"])["from"] == "Bob"
+    assert alice.api.get_message(reply["id"])["from"] == bob.label
     assert [d["agent_id"] for d in alice.api.message_deliveries(sent["id"])] == [bob.id]
 
 

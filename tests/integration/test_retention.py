@@ -282,3 +282,20 @@ def test_inbox_cursor_never_skips_or_repeats_across_a_removal(world: World) -> N
     assert seen == [mid for mid in now_in_inbox if mid in expected]
     assert len(seen) == len(expected)
     assert world.bob.inbox(cursor=cursor)["messages"] == []
+
+
+def test_mail_a_subagent_sent_under_its_session_s_address_leaves_nothing_behind(
+        world: World, kept: Stack) -> None:
+    lead = world.admin.register_agent(world.project_id, "Lead")
+    sub_row = world.admin.register_agent(world.project_id, "Sub", parent=lead["agent_id"])
+    sub = kept.client(sub_row["token"])
+    world.clients.append(sub)
+    sent = sub.send(["Bob"], "Crossing", "# Crossing\n")
+    assert sent["via"] == sub_row["label"]
+    wait_until(lambda: accepted(world.admin, delivery_id(sent)), what="delivery")
+    wait_until(lambda: sub.search("crossing")["messages"], what="the subagent's search")
+    ids = {sent["id"], delivery_id(sent)}
+    wait_until(lambda: gone(sub, sent["id"]), REMOVAL_TIMEOUT_S, 0.2, "removal")
+    for key, (_kind, content) in project_state(kept, world.project_id).items():
+        if not key.startswith(keys.archived(world.project_id, "")):
+            assert not any(i in key or i in json.dumps(content) for i in ids), key

@@ -13,7 +13,7 @@ BODY = "# Handoff\n\nRun `make test` in /srv/app   \n\n- naïve café ☃ 🚀\n
 def test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     sent = alice.api.send(["Bob"], "Handoff", BODY)
-    assert sent["persisted"] is True and sent["from"] == "Alice"
+    assert sent["persisted"] is True and sent["from"] == alice.label
     [obs] = sent["delivery"]["observations"]
     assert obs["recipient"] == bob.label and obs["stage"] == "target_selected"
 

@@ -188,14 +188,46 @@ def test_the_mcp_tool_returns_the_http_json(mail: tuple[Agent, Agent, Agent], pr
 
     async def call() -> Json:
         async with mcp(project, bob) as tools:
-            return await tools("search_messages", q="auth*", sender="Alice", limit=1)
+            return await tools("search_messages", q="auth*", limit=1, **{"from": "Alice"})
 
     assert asyncio.run(call()) == bob.api.search("auth*", sender="Alice", limit=1)
 
 
 def test_the_cli_prints_subjects_and_snippets(mail: tuple[Agent, Agent, Agent], project: Project):
-    _, bob, _ = mail
+    alice, bob, _ = mail
     env = {**os.environ, "COURIER_URL": project.stack.api_url, "COLUMNS": "200"}
     shown = courier("search", "brûlée", "--from", "Alice", "--token", bob.row["token"], env=env)
-    assert "Alice: Café menu" in shown and "Crème brûlée on Friday" in shown
+    assert f"{alice.label}: Café menu" in shown and "Crème brûlée on Friday" in shown
     assert "Deploy plan" not in shown
+
+
+def test_the_sender_finds_its_held_mail_the_recipient_only_once_released(project: Project):
+    alice, guarded = project.agent("Alice"), project.agent("Guarded", inbound="hold")
+    sent = alice.api.send("Guarded", "Held proposal", "a careful word")
+    assert sent["delivery"]["observations"][0]["held"] is True
+    indexed(alice, "Held proposal")
+    assert found(alice, "careful") == ["Held proposal"]
+    assert found(guarded, "careful") == []
+    project.admin.release(sent["delivery"]["observations"][0]["delivery_id"])
+    indexed(guarded, "Held proposal")
+
+
+def test_the_sender_finds_mail_waiting_for_a_name_not_yet_registered(project: Project):
+    alice = project.agent("Alice")
+    project.admin.allow_name(project.project_id, "Later")
+    sent = alice.api.send("Later", "Pending brief", "an early word")
+    assert sent["delivery"]["observations"][0]["target"] == "pending"
+    indexed(alice, "Pending brief")
+    assert found(alice, "early") == ["Pending brief"]
+
+
+def test_a_subagent_finds_what_it_sent_under_its_session_s_address(project: Project):
+    lead = project.agent("Lead")
+    sub, other = project.agent("Sub", parent=lead.id), project.agent("Other")
+    sent = sub.api.send("Other", "Cross session", "a travelling word")
+    assert sent["via"] == sub.label
+    indexed(other, "Cross session")
+    for agent in (sub, lead):
+        indexed(agent, "Cross session")
+    [hit] = sub.api.search("travelling")["messages"]
+    assert (hit["from"], hit["via"]) == (lead.label, sub.label)

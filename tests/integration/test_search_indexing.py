@@ -128,8 +128,9 @@ def test_a_project_whose_own_mail_waits_is_left_while_others_are_indexed(
     with quiet.operator() as op:
         op.set_lane(busy.project_id, PARKED)  # its mail waits, but not on the shared queue
     queue_for_index(store.client, busy.project_id, [sent(alice, bob, "Busy")], now_ms())
-    # Held mail is not waiting for a worker: the calm project has none.
-    queue_for_index(store.client, calm.project_id, [sent(carol, dave, "Calm")], now_ms())
+    # Held mail is not waiting for a worker (the calm project has none), and admission
+    # queued it for its sender's search.
+    sent(carol, dave, "Calm")
 
     assert index(store, projects=[busy.project_id, calm.project_id]) == 1
     assert subjects(carol, "calm") == ["Calm"]
@@ -141,8 +142,8 @@ def test_an_entry_leaves_the_queue_only_when_it_is_still_the_head_that_was_index
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)
     carol, dave = agent(project, "Carol"), agent(project, "Dave", inbound="hold")
-    queue_for_index(store.client, project.project_id,
-                    [sent(carol, dave, s) for s in ("One", "Two", "Three")], now_ms())
+    for subject in ("One", "Two", "Three"):
+        sent(carol, dave, subject)  # held: admission queues it for Carol's search
     queue = keys.search_queue(project.project_id)
     head = [str(e) for e in store.client.lrange(queue, 0, 1)]
 
@@ -158,7 +159,7 @@ def test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed(
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)
     carol, dave = agent(project, "Carol"), agent(project, "Dave", inbound="hold")
-    queue_for_index(store.client, project.project_id, [sent(carol, dave, "Late")], now_ms())
+    sent(carol, dave, "Late")  # held: admission queues it for Carol's search
     # On a cluster the listing may land before the entry, and be settled away between.
     store.client.srem(keys.SEARCH_PENDING, project.project_id)
 

@@ -213,7 +213,8 @@ def test_a_body_that_names_the_token_s_own_sender_is_admitted(project: Project):
     alice, _ = project.agent("Alice"), project.agent("Bob")
     sent = alice.api.send("Bob", "Handoff", "x", sender_name="Alice",
                           project_key=project.project_key)
-    assert sent["from"] == "Alice" and sent["sender_id"] == alice.id
+    assert sent["from"] == alice.label and sent["sender_id"] == alice.id
+    assert sent["sender_name"] == "Alice"
     assert sent["sender_location"]["project_key"] == project.project_key
 
 
@@ -373,10 +374,6 @@ def test_a_body_of_exactly_the_limit_is_admitted_byte_for_byte(project: Project)
     msg(["Bob", "Carol"], resource_notice=notice(), idempotency_key="n1"),
     {"to": ["Bob"], "resource_notice": notice()},
     {"to": ["Bob"], "cc": ["Carol"], "resource_notice": notice(), "idempotency_key": "n1"},
-    *[{"to": ["Bob"], "resource_notice": notice(), "idempotency_key": "n1", field: value}
-      for field, value in [("subject", "Released"), ("body_md", "x"), ("cc", []), ("bcc", []),
-                           ("importance", "normal"), ("ack_required", False),
-                           ("notification_policy", "wake")]],
     *[{"to": ["Bob"], "resource_notice": notice(**{field: value}), "idempotency_key": "n1"}
       for field, value in [
           ("resource_id", ""), ("resource_id", "-gpu"), ("resource_id", "g" * 97),
@@ -405,17 +402,51 @@ def test_a_resource_notice_is_quiet_only_when_no_action_follows(
         policy}
 
 
-def test_a_resource_notice_gets_a_written_subject_and_a_body_that_asks_for_nothing(
-        project: Project):
-    alice, _ = project.agent("Alice"), project.agent("Bob")
-    ids = {"resource_id": "gpu:0.a_b-c", "phase_id": "9phase"}
-    sent = alice.api.send("Bob", resource_notice=notice(**ids, next_action="retry_admission"),
+EXCLUDED_FROM_NOTICES = [
+    ("subject", "Released"), ("body_md", "x"), ("body_md", ""), ("cc", []), ("cc", ["Carol"]),
+    ("bcc", []), ("importance", "normal"), ("importance", "urgent"), ("ack_required", False),
+    ("ack_required", True), ("notification_policy", "wake"), ("notification_policy", "quiet"),
+    ("delivery_policy", "checked"), ("delivery_policy", "durable"), ("topic", "locks"),
+    ("summary", "db lock"), ("probe", False), ("probe", True),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), EXCLUDED_FROM_NOTICES)
+def test_every_field_a_resource_notice_excludes_is_refused_naming_it(
+        shared: Shared, field: str, value: Any):
+    body = {"to": ["Bob"], "resource_notice": notice(), "idempotency_key": "n1", field: value}
+    error = rejected(shared.project, shared.alice, body, 422, "RESOURCE_NOTICE_INVALID")
+    assert error["details"]["field"] == field and field in error["message"]
+
+
+# Words that would state the claim as fact, grant something, or ask for something.
+NOTICE_FORBIDDEN = ("free", "proceed", "may ", "can ", "should", "please", "send", "reply",
+                    "respond", "admitted again", "the resource was")
+
+
+@pytest.mark.parametrize(("state", "action", "subject", "claim"), [
+    ("released", "retry_admission", "Alice reports `db-lock` released (phase migrate:1)",
+     "Alice reports that `db-lock` was released (phase `migrate:1`)."),
+    ("released", "none", "Alice reports `db-lock` released (phase migrate:1)",
+     "Alice reports that `db-lock` was released (phase `migrate:1`)."),
+    ("cancelled", "drop_dependency",
+     "Alice reports that the dependency on `db-lock` for phase migrate:1 was cancelled",
+     "Alice reports that the dependency on `db-lock` for phase `migrate:1` was cancelled."),
+])
+def test_a_resource_notice_reports_the_sender_s_claim_and_asks_for_nothing(
+        project: Project, state: str, action: str, subject: str, claim: str):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    ids = {"resource_id": "db-lock", "phase_id": "migrate:1"}
+    sent = alice.api.send("Bob", resource_notice=notice(**ids, state=state, next_action=action),
                           idempotency_key="n1")
-    assert sent["subject"] == "Resource gpu:0.a_b-c released for phase 9phase"
-    assert "gpu:0.a_b-c" in sent["body_md"] and "9phase" in sent["body_md"]
-    words = sent["body_md"].lower()
-    assert not any(w in words for w in ("send", "reply", "respond", "please"))
-    assert sent["resource_notice"] == notice(**ids, next_action="retry_admission")
+    assert sent["subject"] == subject
+    assert sent["body_md"].startswith(claim)
+    text = f"{sent['subject']}\n{sent['body_md']}".lower()
+    assert not [w for w in NOTICE_FORBIDDEN if w in text]
+    assert sent["resource_notice"] == notice(**ids, state=state, next_action=action)
+    (got,) = wait_until(lambda: bob.api.inbox()["messages"], what="the notice")
+    assert (got["subject"], got["body_md"]) == (sent["subject"], sent["body_md"])
+    assert got.get("topic") is None and "summary" not in got
 
 
 def test_a_resource_notice_subject_stays_within_200_characters(project: Project):

@@ -182,6 +182,45 @@ def test_redrive_sends_again_with_the_same_webhook_id_and_records_a_new_attempt(
     assert d["stage"] == "provider_result_recorded"
 
 
+def test_each_attempt_keeps_its_times_and_the_stages_follow_the_latest(world: World):
+    replies = {1: (503, b""), 2: "drop", 3: "hang"}
+    world.hook("Redriven", lambda n: replies.get(n, (200, b"{}")))
+    did = world.send("Redriven")
+
+    def same_attempt(d: dict) -> None:
+        last = d["attempts"][-1]
+        assert d["stages"]["dispatch_started"] == last["started_ts"]
+        if last["ended_ts"] is None:
+            assert "provider_result_recorded" not in d["stages"]
+        else:
+            assert d["stages"]["provider_result_recorded"] == last["ended_ts"]
+
+    first = world.settled(did)
+    assert [(a["n"], a["outcome"], a["error"]) for a in first["attempts"]] == [
+        (1, "retry", "HTTP 503"), (2, "unknown", first["attempts"][1]["error"])]
+    assert first["attempts"][1]["error"]
+    assert all(a["started_ts"] <= a["ended_ts"] for a in first["attempts"])
+    same_attempt(first)
+
+    world.admin.request("POST", f"/v1/deliveries/{did}/redrive")
+    running = wait_until(lambda: (x := world.admin.delivery(did))["attempts"][-1]["n"] == 3
+                         and x, what="the redriven attempt under way")
+    same_attempt(running)
+    assert running["stage"] == "provider_result_recorded"  # stages never move back
+    second = wait_until(lambda: (x := world.admin.delivery(did))["attempts"][-1]["ended_ts"]
+                        and x, what="the redriven attempt's end")
+    assert second["outcome"] == "unknown" and second["attempts"][-1]["outcome"] == "unknown"
+    same_attempt(second)
+
+    world.admin.request("POST", f"/v1/deliveries/{did}/redrive")
+    done = wait_until(lambda: (x := world.admin.delivery(did))["outcome"] == "accepted" and x,
+                      what="the second redrive")
+    assert [a["outcome"] for a in done["attempts"]] == ["retry", "unknown", "unknown", "accepted"]
+    assert done["attempts"][3]["error"] is None
+    same_attempt(done)
+    assert done["stages"]["dispatch_started"] > first["attempts"][1]["ended_ts"]
+
+
 def test_redrive_of_an_accepted_delivery_is_refused(world: World):
     world.hook("Fine")
     did = world.send("Fine")

@@ -7,7 +7,13 @@ from typing import Any
 import orjson
 
 from messaging import ids
-from messaging.store.schema import pack_message, unpack_message
+from messaging.store.schema import (
+    pack_message,
+    senders,
+    unpack_message,
+    with_sender,
+    without_sender,
+)
 
 PID = "prj_0123456789ab"
 
@@ -15,7 +21,8 @@ PID = "prj_0123456789ab"
 def plain(mid: str) -> dict[str, Any]:
     return {
         "id": mid, "project_id": PID, "thread_id": mid, "revision": 1,
-        "from": "Alice", "sender_id": "agt_0123456789abcdef0123456789ab",
+        "from": "Alice [0f7f62]", "sender_name": "Alice",
+        "sender_id": "agt_0123456789abcdef0123456789ab",
         "sender_location": {"project_key": "/srv/app", "bound_source": None},
         "to": ["Bob"], "cc": [], "bcc": [], "subject": "Handoff", "body_md": "# Done\n",
         "topic": None, "importance": "normal", "ack_required": False,
@@ -28,7 +35,8 @@ def test_a_plain_message_is_stored_without_its_defaults_and_read_back_whole() ->
     msg = plain(ids.new_message_id(PID))
     stored = pack_message(msg)
     assert orjson.loads(stored) == {
-        "id": msg["id"], "from": "Alice", "sender_id": msg["sender_id"],
+        "id": msg["id"], "from": "Alice [0f7f62]", "sender_name": "Alice",
+        "sender_id": msg["sender_id"],
         "sender_location": {"project_key": "/srv/app"}, "to": ["Bob"],
         "subject": "Handoff", "body_md": "# Done\n"}
     back = unpack_message(stored)
@@ -71,3 +79,22 @@ def test_read_back_defaults_are_fresh_lists() -> None:
     first = unpack_message(stored)
     first["cc"].append("Mallory")
     assert unpack_message(stored)["cc"] == []
+
+
+def test_admission_puts_the_sender_fields_first_and_they_read_back_in_place() -> None:
+    msg = {**plain(ids.new_message_id(PID)), "via": "Sub [91c2de]",
+           "via_id": "agt_0123456789abcdef0123456789ac"}
+    head = orjson.dumps({k: msg[k] for k in ("from", "sender_name", "sender_id", "via",
+                                             "via_id")}).decode()
+    stored = with_sender(head, pack_message(without_sender(msg)))
+    assert stored.startswith('{"from":"Alice [0f7f62]"')
+    assert unpack_message(stored) == unpack_message(pack_message(msg))
+    assert list(unpack_message(stored))[4:9] == ["from", "sender_name", "sender_id", "via",
+                                                 "via_id"]
+    assert senders(unpack_message(stored)) == {msg["sender_id"], msg["via_id"]}
+
+
+def test_a_message_stored_before_sender_names_reads_its_name_from_from() -> None:
+    msg = {k: v for k, v in plain(ids.new_message_id(PID)).items() if k != "sender_name"}
+    back = unpack_message(pack_message({**msg, "from": "Alice"}))
+    assert (back["from"], back["sender_name"]) == ("Alice", "Alice")

@@ -17,14 +17,16 @@
 -- KEYS[12+k..] two per recipient string, in order: a dlv hash (used in order
 --            for each distinct target) and the waiting zset of the string as a
 --            name (delivery ids by admission sequence, used when it is pending)
--- KEYS[#KEYS]  retention  zset  stored message ids by when retention looks at them
+-- KEYS[#KEYS-1]  search_queue  list  messages waiting to be indexed for search
+-- KEYS[#KEYS]    retention     zset  stored message ids by when retention looks at them
 --
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
 --          message_id, policy ("wake"|"quiet"|"auto"), quiet_invalid (bool),
 --          recipients [{s}], delivery_ids [..], has_bcc (bool),
 --          ready_kinds [transport kinds whose ready zsets come in KEYS]}
--- ARGV[2]  the message JSON, stored byte for byte
+-- ARGV[2]  the message JSON without its sender fields (stored byte for byte
+--          after them: `{` + the sender fields + `,` + the rest of ARGV[2])
 --
 -- Records: messaging/store/schema.py. A pinned target that holds inbound mail
 -- (inbound "hold") from another agent is written held, outside the outbox; a
@@ -33,9 +35,18 @@
 -- delivery joins its transport's ready set here, in the outbox too (the
 -- sweeper's net), when its transport is one of ready_kinds.
 --
+-- The sender's address: the sending agent's own label, except for an agent
+-- with a parent that sends to anyone outside its session tree (another root
+-- of the parent chain, the human, a pending name): the message then goes out
+-- under its root's address (`from`, `sender_id`), `via` the agent's label,
+-- and replies, notices and delivery events go to the root.
+-- A send with a held or pending delivery, or sent via a root, is put on the
+-- search queue for its sender's side now (no dispatch will do it yet).
+--
 -- Returns a JSON string, one of:
 --   {"status":"ok","policy":p,"observations":[..],"created_us":n,
---    "lane":the project's lane, "ready":{kind: [added, ready count]}}
+--    "lane":the project's lane, "ready":{kind: [added, ready count]},
+--    "sender":the sender fields' JSON object, as stored}
 --   {"status":"replay","message_id":id,"observations":[..]}
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
@@ -108,6 +119,24 @@ if policy == "auto" then
   end
 end
 
+-- Across session trees an agent with a parent speaks with its root's address.
+local author = sender
+local root_id = root_of(sender)
+if root_id ~= sender.id then
+  for _, t in ipairs(targets) do
+    if t.pending or root_of(t.agent) ~= root_id then
+      author = load_agent(ctx, root_id) or sender
+      break
+    end
+  end
+end
+local head = {from = agent_label(author), sender_name = author.name, sender_id = author.id}
+if author.id ~= sender.id then
+  head.via, head.via_id = agent_label(sender), sender.id
+end
+local from_id = author.id
+local head_json = cjson.encode(head)
+
 local ready_key = {}
 for i, kind in ipairs(a.ready_kinds) do
   ready_key[kind] = KEYS[11 + i]
@@ -115,30 +144,33 @@ end
 
 local s = redis.call("INCR", KEYS[4])
 local observations, deliveries, withheld, added = {}, {}, {}, {}
+local unseen = head.via ~= nil -- no delivery indexes this send for its sender yet
 for i, t in ipairs(targets) do
   local did = a.delivery_ids[i]
   local key = KEYS[fixed + 2 * i - 1]
   if t.pending then
     write_delivery(key, {id = did, message_id = a.message_id, agent_id = "",
-      sender_id = a.sender_id, recipient = t.pending, transport = "", policy = policy,
+      sender_id = from_id, recipient = t.pending, transport = "", policy = policy,
       stage = "admitted", target = "pending", held = false, now_us = now})
     redis.call("ZADD", t.waiting, s, did)
     table.insert(observations, {delivery_id = did, recipient = t.pending,
       agent_id = cjson.null, transport = cjson.null, stage = "admitted", presence = cjson.null,
       target = "pending", held = false, expires_ms = t.auth.expires_ms})
     table.insert(deliveries, {did, ""})
+    unseen = true
   else
     local ag = t.agent
     local label = agent_label(ag)
     -- the human releases held mail: their own is never held
-    local held = ag.inbound == "hold" and ag.id ~= a.sender_id and a.sender_id ~= "human"
+    local held = ag.inbound == "hold" and ag.id ~= from_id and from_id ~= "human"
     write_delivery(key, {id = did, message_id = a.message_id, agent_id = ag.id,
-      sender_id = a.sender_id, recipient = label, transport = ag.transport.kind,
+      sender_id = from_id, recipient = label, transport = ag.transport.kind,
       policy = policy, stage = "target_selected", target = "pinned", held = held,
       now_us = now})
     if held then
       redis.call("ZADD", KEYS[10], s, did)
       table.insert(withheld, ag.id)
+      unseen = true
     else
       redis.call("ZADD", KEYS[7], a.due_ms, did)
       local kind = ag.transport.kind
@@ -153,7 +185,9 @@ for i, t in ipairs(targets) do
   end
 end
 
-redis.call("HSET", KEYS[5], "json", ARGV[2], "created_us", now, "seq", s,
+local rest = ARGV[2]
+redis.call("HSET", KEYS[5], "json", string.sub(head_json, 1, -2) .. "," .. string.sub(rest, 2),
+  "created_us", now, "seq", s,
   "policy", policy, "deliveries", cjson.encode(deliveries))
 if #withheld > 0 then
   redis.call("HSET", KEYS[5], "withheld", cjson.encode(withheld))
@@ -164,6 +198,12 @@ if a.has_bcc then
 end
 redis.call("ZADD", KEYS[#KEYS], string.format("%d", math.floor(tonumber(now) / 1000)),
   a.message_id)
+if unseen then
+  -- entry: "<ms> <message id> <agent id>...": the agents that see it (searchindex.py)
+  local entry = ctx.now_ms .. " " .. a.message_id .. " " .. from_id
+  if head.via_id then entry = entry .. " " .. head.via_id end
+  redis.call("RPUSH", KEYS[#KEYS - 1], entry)
+end
 if a.thread_id ~= a.message_id then
   -- a thread that this message starts needs no set until a second one joins
   redis.call("ZADD", KEYS[6], s, a.message_id)
@@ -187,4 +227,5 @@ for kind, n in pairs(added) do
   ready[kind] = {n, redis.call("ZCARD", ready_key[kind])}
 end
 return cjson.encode({status = "ok", policy = policy, observations = observations,
-  created_us = now, lane = redis.call("HGET", KEYS[11], "lane") or "", ready = ready})
+  created_us = now, lane = redis.call("HGET", KEYS[11], "lane") or "", ready = ready,
+  sender = head_json})

@@ -9,7 +9,8 @@
 -- KEYS[4]   sub_due    zset    waiting subscription ids by expiry (ms)
 -- KEYS[5]   idle_subs  hash    target agent_id -> JSON of its waiting subscriptions
 -- KEYS[6]   retention  zset    stored message ids by when retention looks at them
--- KEYS[7..]  five per subscription, in the order of ARGV[5]: the
+-- KEYS[7]   held       zset    held delivery ids by admission sequence
+-- KEYS[8..]  five per subscription, in the order of ARGV[5]: the
 --            subscription hash, its notice's message hash, delivery hash and
 --            thread zset, the subscriber's events stream
 --
@@ -23,7 +24,8 @@
 -- Returns a flat array: per notice sent, subscription id, delivery id, transport.
 
 local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-  retention = KEYS[6], now_us = ARGV[1], due_ms = ARGV[3], maxlen = ARGV[4], keep_s = ARGV[6]}
+  retention = KEYS[6], held = KEYS[7], now_us = ARGV[1], due_ms = ARGV[3], maxlen = ARGV[4],
+  keep_s = ARGV[6]}
 local now_ms = tonumber(ARGV[2])
 local out = {}
 for i, pair in ipairs(cjson.decode(ARGV[5])) do
@@ -32,7 +34,7 @@ for i, pair in ipairs(cjson.decode(ARGV[5])) do
   if score and tonumber(score) <= now_ms then
     redis.call("ZREM", KEYS[4], sid)
     if take_waiting(KEYS[5], target_id, sid) then
-      for _, v in ipairs(fire_notice(notice_keys(7, i), "expired", g)) do
+      for _, v in ipairs(fire_notice(notice_keys(8, i), "expired", g)) do
         table.insert(out, v)
       end
     end

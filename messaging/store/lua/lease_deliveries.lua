@@ -15,7 +15,9 @@
 -- (or a redrive) whose time has come and no one holds it; or, for idempotent
 -- transports only, its holder's lease expired before it recorded an outcome.
 -- A recorded outcome is leased again only by a redrive. Stages only move
--- forward: a redriven delivery keeps its stage while the new attempt runs.
+-- forward: a redriven delivery keeps its stage while the new attempt runs;
+-- `dispatch_started_us` and `provider_result_recorded_us` are the latest
+-- attempt's (each attempt keeps its own times in `attempts`).
 -- A held delivery or one whose target is pending is never free.
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
@@ -91,8 +93,11 @@ for i = 3, #KEYS do
     if stage == "admitted" or stage == "target_selected" then
       redis.call("HSET", KEYS[i], "stage", "dispatch_started")
     end
-    if not d[9] then
-      redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
+    -- The stage times are the latest attempt's: its start now, its result when it
+    -- is recorded (a redrive's earlier result stays in its attempt only).
+    redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
+    if d[10] then
+      redis.call("HDEL", KEYS[i], "provider_result_recorded_us")
     end
     redis.call("HDEL", KEYS[i], "redrive", "sweeps")
     redis.call("ZADD", KEYS[1], lease_until, d[8])

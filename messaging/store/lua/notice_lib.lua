@@ -8,9 +8,9 @@
 --          notice's message hash, delivery hash and thread zset, and the
 --          subscriber's events stream
 --   state  "idle" | "exited" | "expired"
---   g      {agents, seq, due, sub_due, retention, now_us, due_ms, maxlen,
+--   g      {agents, seq, due, sub_due, retention, held, now_us, due_ms, maxlen,
 --          keep_s}: the agents hash, project sequence, outbox zset,
---          subscription expiry zset, retention index, now (us), the notice's
+--          subscription expiry zset, retention index, held zset, now (us), the notice's
 --          outbox due time (ms), the events stream cap, how long the
 --          subscription is kept after its notice (s)
 --
@@ -22,7 +22,10 @@
 -- retention entry), plus an `idle_notice` event on the subscriber's stream.
 -- A notice that starts its own thread gets no thread set (as admission);
 -- the subscription expires keep_s after it.
--- Returns {subscription id, delivery id, transport}.
+-- A subscriber that holds peer mail (inbound "hold") gets its notice held
+-- like peer mail, for the project's human to release or decline: outside the
+-- outbox, withheld from the subscriber, no `idle_notice` event.
+-- Returns {subscription id, delivery id, transport ("" when held)}.
 
 local function fire_notice(k, state, g)
   local s = redis.call("HMGET", k.sub, "id", "subscriber_id", "notice_message_id",
@@ -33,17 +36,24 @@ local function fire_notice(k, state, g)
   local transport = ag.transport.kind
   local presence = presence_of(ag)
   local seq = redis.call("INCR", g.seq)
-  -- notices from `courier` are never held
+  local held = ag.inbound == "hold"
   write_delivery(k.dlv, {id = did, message_id = mid, agent_id = subscriber_id,
     sender_id = "courier", recipient = label, transport = transport, policy = "wake",
-    stage = "target_selected", target = "pinned", held = false, now_us = g.now_us})
-  redis.call("ZADD", g.due, g.due_ms, did)
+    stage = "target_selected", target = "pinned", held = held, now_us = g.now_us})
+  if held then
+    redis.call("ZADD", g.held, seq, did)
+  else
+    redis.call("ZADD", g.due, g.due_ms, did)
+  end
   local obs = {delivery_id = did, recipient = label, agent_id = subscriber_id,
     transport = transport, stage = "target_selected", presence = presence, target = "pinned",
-    held = false}
+    held = held}
   redis.call("HSET", k.msg, "json", s[7], "created_us", g.now_us, "seq", seq,
     "policy", "wake", "deliveries", cjson.encode({{did, subscriber_id}}),
     "observations", cjson.encode({obs}), "resolved", cjson.encode({[label] = subscriber_id}))
+  if held then
+    redis.call("HSET", k.msg, "withheld", cjson.encode({subscriber_id}))
+  end
   if s[8] ~= mid then
     redis.call("ZADD", k.thread, seq, mid)
   end
@@ -51,6 +61,9 @@ local function fire_notice(k, state, g)
   redis.call("HSET", k.sub, "state", "notified", "outcome", state, "notified_us", g.now_us)
   redis.call("EXPIRE", k.sub, g.keep_s)
   redis.call("ZREM", g.sub_due, sid)
+  if held then
+    return {sid, did, ""}
+  end
   redis.call("XADD", k.events, "MAXLEN", "~", g.maxlen, "*", "type", "idle_notice",
     "data", cjson.encode({subscription_id = sid, target = s[5], target_id = s[6],
       state = state, message_id = mid, delivery_id = did, notification_policy = "wake"}))

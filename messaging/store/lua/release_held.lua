@@ -21,7 +21,7 @@
 -- {"released", transport} or {"declined"}.
 
 local d = redis.call("HMGET", KEYS[3], "held", "id", "agent_id", "message_id", "recipient",
-  "transport")
+  "transport", "sender_id")
 if d[1] ~= "1" then return {"not_held"} end
 local did, agent_id = d[2], d[3]
 redis.call("HSET", KEYS[3], "held", 0)
@@ -48,6 +48,8 @@ else
   event.stage, event.outcome, event.error = "provider_result_recorded", "rejected", ARGV[4]
   answer = {"declined"}
 end
-redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "type", "delivery",
-  "data", cjson.encode(event))
+if d[7] ~= "courier" then -- an idle notice's sender has no stream
+  redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[5], "*", "type", "delivery",
+    "data", cjson.encode(event))
+end
 return answer

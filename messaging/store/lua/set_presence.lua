@@ -12,7 +12,8 @@
 -- KEYS[4]   sub_due    zset    waiting subscription ids by expiry (ms)
 -- KEYS[5]   idle_subs  hash    target agent_id -> JSON of its waiting subscriptions
 -- KEYS[6]   retention  zset    stored message ids by when retention looks at them
--- KEYS[7..]  five per subscription the caller saw waiting on this agent, in
+-- KEYS[7]   held       zset    held delivery ids by admission sequence
+-- KEYS[8..]  five per subscription the caller saw waiting on this agent, in
 --            the order of ARGV[6]: the subscription hash, its notice's
 --            message hash, delivery hash and thread zset, the subscriber's
 --            events stream
@@ -63,11 +64,11 @@ redis.call("HSET", KEYS[1], ARGV[1], agent_json)
 local out = {agent_json}
 if fires then
   local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-    retention = KEYS[6], now_us = ARGV[3], due_ms = ARGV[4], maxlen = ARGV[5],
-    keep_s = ARGV[7]}
+    retention = KEYS[6], held = KEYS[7], now_us = ARGV[3], due_ms = ARGV[4],
+    maxlen = ARGV[5], keep_s = ARGV[7]}
   for i, sid in ipairs(expected) do
     if take_waiting(KEYS[5], ARGV[1], sid) then
-      for _, v in ipairs(fire_notice(notice_keys(7, i), state, g)) do
+      for _, v in ipairs(fire_notice(notice_keys(8, i), state, g)) do
         table.insert(out, v)
       end
     end

@@ -9,7 +9,8 @@
 -- KEYS[4]   sub_due    zset    waiting subscription ids by expiry (ms)
 -- KEYS[5]   idle_subs  hash    target agent_id -> JSON of its waiting subscriptions
 -- KEYS[6]   retention  zset    stored message ids by when retention looks at them
--- KEYS[7..11]  the new subscription hash, its notice's message hash, delivery
+-- KEYS[7]   held       zset    held delivery ids by admission sequence
+-- KEYS[8..12]  the new subscription hash, its notice's message hash, delivery
 --              hash and thread zset, the subscriber's events stream
 --
 -- ARGV[1]  JSON {id, target_id, now_us, due_ms, expires_ms, maxlen, keep_s,
@@ -33,17 +34,17 @@ end
 if target.presence == "source_lost" then
   return cjson.encode({status = "refused", reason = "bound_source_lost"})
 end
-if redis.call("EXISTS", KEYS[7]) == 1 then
+if redis.call("EXISTS", KEYS[8]) == 1 then
   return cjson.encode({status = "exists"})
 end
-redis.call("HSET", KEYS[7], "state", "waiting", unpack(ARGV, 2))
+redis.call("HSET", KEYS[8], "state", "waiting", unpack(ARGV, 2))
 
 local presence = target.presence
 if not a.after_message and (presence == "idle" or presence == "exited") then
   local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-    retention = KEYS[6], now_us = a.now_us, due_ms = a.due_ms, maxlen = a.maxlen,
-    keep_s = a.keep_s}
-  local r = fire_notice(notice_keys(7, 1), presence, g)
+    retention = KEYS[6], held = KEYS[7], now_us = a.now_us, due_ms = a.due_ms,
+    maxlen = a.maxlen, keep_s = a.keep_s}
+  local r = fire_notice(notice_keys(8, 1), presence, g)
   return cjson.encode({status = "notified", state = presence, delivery_id = r[2],
     transport = r[3]})
 end
