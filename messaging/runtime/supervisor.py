@@ -24,7 +24,12 @@ import redis
 from messaging.config import Settings, SettingsError
 from messaging.runtime import children, procfile, workerpool
 from messaging.runtime.children import Child, Output
-from messaging.runtime.embedded import StoreAuthError, wait_ready
+from messaging.runtime.embedded import (
+    EmbeddedStoreError,
+    StoreAuthError,
+    server_binary,
+    wait_ready,
+)
 from messaging.store.connect import StoreUrlError, redacted
 from messaging.store.deliveries import DeliveryStore
 
@@ -73,6 +78,12 @@ def run_up(settings: Settings) -> int:
     out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
     if not _broker_usable(settings, out):
         return 2
+    if settings.embedded and store_command:
+        try:
+            server_binary()
+        except EmbeddedStoreError as exc:
+            out.line(SUPERVISOR_NAME, f"cannot start: {exc}")
+            return 1
     store: Child | None = None
     with children.stop_signals() as stopping:
         try:

@@ -69,7 +69,7 @@ def test_the_wheel_installs_clean_and_courier_up_answers_from_an_empty_directory
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
-    _run(env_dir / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+    _run(env_dir / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[embedded]")
 
     empty = tmp_path / "empty"
     empty.mkdir()
