@@ -8,6 +8,7 @@ import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -39,63 +40,89 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="COURIER_", extra="ignore")
 
-    redis_url: str | None = None
-    broker_url: str | None = None
-    data_dir: Path = Path(".courier")
-    host: str = "127.0.0.1"
-    port: int = 8787
-    embedded_port: int = 6399
-    flower_host: str = "127.0.0.1"
-    flower_port: int = 5555
-    operator_token: str | None = None
-    max_body_bytes: int = Field(default=1_048_576, ge=1)
-    webhook_allow: str = "127.0.0.0/8,::1"
-    webhook_timeout_s: float = Field(default=10.0, gt=0)
-    webhook_retry_schedule_s: str = "1,5,30,300,1800"
-    rate_limit_per_s: float = Field(default=200.0, ge=0)
-    # How long a delivery may sit admitted before the sweeper publishes it again.
-    outbox_grace_s: float = Field(default=15.0, gt=0)
-    # How often beat runs the sweeper.
-    sweep_interval_s: float = Field(default=5.0, gt=0)
-    # How long a webhook lease outlives its request's timeout, so a slow answer
-    # is still recorded by its own worker.
-    webhook_lease_margin_s: float = Field(default=15.0, gt=0)
-    # A webhook endpoint failing this many times in a row, for at least this
-    # long, is unhealthy: its deliveries wait, and one attempt per probe
-    # interval checks whether it is back.
-    webhook_unhealthy_failures: int = Field(default=5, ge=1)
-    webhook_unhealthy_after_s: float = Field(default=60.0, ge=0)
-    webhook_probe_interval_s: float = Field(default=30.0, gt=0)
-    # How long a worker owns an inbox delivery before another may finish it.
-    inbox_lease_s: float = Field(default=30.0, gt=0)
-    # Search indexing waits while deliveries wait on the shared queues, but what was
-    # dispatched this long ago is indexed even then (workers/indexer.py).
-    search_lag_max_s: float = Field(default=60.0, gt=0)
-    # Final messages idle this long are archived and removed (0 keeps everything).
-    retention_days: float = Field(default=30.0, ge=0)
-    # Where the archive goes; unset: <data_dir>/archive.
-    archive_dir: Path | None = None
-    # How often beat runs the retention round.
-    retention_interval_s: float = Field(default=60.0, gt=0)
-    # One log line per Celery task and per HTTP request (off: warnings and errors only).
-    log_tasks: bool = False
-    # Tasks Flower keeps in memory (about 6 KB each).
-    flower_max_tasks: int = Field(default=10_000, ge=100)
-    # Processes of each delivery worker (Celery's -c); unset: what its transport declares.
-    worker_concurrency: int | None = Field(default=None, ge=1, le=64)
-    # Addresses or CIDRs of proxies whose X-Forwarded-For / -Proto the API believes
-    # (comma list); unset: none, the peer of each connection is the client.
-    trusted_proxies: str = ""
-    # Connections open at once from one client address (a trusted proxy is not
-    # counted); 0: no cap.
-    max_connections_per_address: int = Field(default=256, ge=0)
-    # The embedded store's memory limit: bytes, or a number with kb, mb, gb (1024-based);
-    # 0: none. Unset: a quarter of the machine's memory.
-    store_max_memory: int = Field(default_factory=lambda: physical_memory_bytes() // 4, ge=0)
-    # How long one message body may take to render as HTML before it is shown as text.
-    render_budget_s: float = Field(default=1.0, gt=0, le=60)
-    # Processes of each API process that render message bodies.
-    render_processes: int = Field(default=1, ge=1, le=16)
+    redis_url: str | None = Field(default=None, description=(
+        "The store: Redis 7+ or Valkey 8+ (`redis+cluster://` for a Redis Cluster). Unset:"
+        " `courier up` runs the embedded Valkey server (the `agent-courier[embedded]` extra)."))
+    broker_url: str | None = Field(default=None, description=(
+        "The Celery broker: Redis, or `amqp://` for RabbitMQ. Unset: the store."))
+    data_dir: Path = Field(default=Path(".courier"), description=(
+        "The server's home: the embedded store's data, the generated operator token, beat's"
+        " schedule, the archive. Owner only (0700, files 0600)."))
+    host: str = Field(default="127.0.0.1", description="Where the API listens.")
+    port: int = Field(default=8787, description="The API's port.")
+    embedded_port: int = Field(default=6399, description=(
+        "The embedded store's port (it listens on loopback only)."))
+    flower_host: str = Field(default="127.0.0.1", description="Where Flower listens.")
+    flower_port: int = Field(default=5555, description="Flower's port.")
+    operator_token: str | None = Field(default=None, description=(
+        "The operator token. Unset: the one `courier up` or `courier init` generated into"
+        " `$COURIER_DATA_DIR/operator-token`. The CLI's operator commands read it too."))
+    max_body_bytes: int = Field(default=1_048_576, ge=1, description=(
+        "The largest `body_md`, in bytes."))
+    webhook_allow: str = Field(default="127.0.0.0/8,::1", description=(
+        "Hosts and networks webhooks may reach, comma separated."))
+    webhook_timeout_s: float = Field(default=10.0, gt=0, description=(
+        "One webhook request's timeout."))
+    webhook_retry_schedule_s: str = Field(default="1,5,30,300,1800", description=(
+        "Waits between webhook attempts that failed before hand-off, comma separated."))
+    rate_limit_per_s: float = Field(default=200.0, ge=0, description=(
+        "Requests per second per token before 429 (`0`: no limit)."))
+    outbox_grace_s: float = Field(default=15.0, gt=0, description=(
+        "How long a delivery may sit admitted before the sweeper publishes it again."))
+    sweep_interval_s: float = Field(default=5.0, gt=0, description=(
+        "How often beat runs the sweeper."))
+    webhook_lease_margin_s: float = Field(default=15.0, gt=0, description=(
+        "How long a webhook lease outlives its request's timeout, so a slow answer is still"
+        " recorded by its own worker."))
+    webhook_unhealthy_failures: int = Field(default=5, ge=1, description=(
+        "Failures in a row after which a webhook endpoint is unhealthy (with"
+        " `COURIER_WEBHOOK_UNHEALTHY_AFTER_S`): its deliveries wait, one probe at a time."))
+    webhook_unhealthy_after_s: float = Field(default=60.0, ge=0, description=(
+        "How long an endpoint must keep failing before it is unhealthy."))
+    webhook_probe_interval_s: float = Field(default=30.0, gt=0, description=(
+        "How often one attempt checks whether an unhealthy endpoint is back."))
+    inbox_lease_s: float = Field(default=30.0, gt=0, description=(
+        "How long a worker owns an inbox delivery before another may finish it."))
+    search_lag_max_s: float = Field(default=60.0, gt=0, description=(
+        "Search indexing waits while deliveries wait on the shared queues, but what was"
+        " dispatched this long ago is indexed even then."))
+    retention_days: float = Field(default=30.0, ge=0, description=(
+        "Final messages idle this many days are archived and removed from the store"
+        " (fractions allowed; `0` keeps everything)."))
+    archive_dir: Path | None = Field(default=None, description=(
+        "Where the archive goes. Unset: `$COURIER_DATA_DIR/archive`."))
+    archive_keep_days: float = Field(default=0.0, ge=0, description=(
+        "Archive days older than this many days are deleted by the retention round"
+        " (`0`: the archive is kept for ever)."))
+    retention_interval_s: float = Field(default=60.0, gt=0, description=(
+        "How often beat runs the retention round."))
+    log_tasks: bool = Field(default=False, description=(
+        "One log line per Celery task and per HTTP request (off: warnings and errors, and"
+        " what each process says at start and stop)."))
+    log_format: Literal["text", "json"] = Field(default="text", description=(
+        "`json`: every process writes one JSON object per line (`ts`, `level`, `process`,"
+        " `event` and fields); `text`: each library's own format."))
+    flower_max_tasks: int = Field(default=10_000, ge=100, description=(
+        "Tasks Flower keeps in memory (about 6 KB each)."))
+    worker_concurrency: int | None = Field(default=None, ge=1, le=64, description=(
+        "Processes of each delivery worker (Celery's `-c`; `courier up --concurrency`)."
+        " Unset: what each transport declares (2 for inbox and webhook)."))
+    trusted_proxies: str = Field(default="", description=(
+        "Addresses or networks of proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` the"
+        " API believes, comma separated. Unset: none; each connection's peer is the client."))
+    max_connections_per_address: int = Field(default=256, ge=0, description=(
+        "Connections open at once from one client address (a trusted proxy is not counted;"
+        " `0`: no cap)."))
+    store_max_memory: int = Field(
+        default_factory=lambda: physical_memory_bytes() // 4, ge=0, description=(
+            "The embedded store's memory limit: bytes, or a number with kb, mb, gb"
+            " (1024-based); `0`: none. Unset: a quarter of the machine's memory. At the"
+            " limit writes answer `STORE_FULL`."))
+    render_budget_s: float = Field(default=1.0, gt=0, le=60, description=(
+        "How long one message body may take to render as HTML before it is shown as"
+        " escaped text."))
+    render_processes: int = Field(default=1, ge=1, le=16, description=(
+        "Processes of each API process that render message bodies."))
 
     @field_validator("trusted_proxies")
     @classmethod

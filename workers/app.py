@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import gc
+import logging
+import os
 import sys
+import warnings
 from typing import Any
 
 from celery import Celery, signals
+from celery.apps import worker as celery_worker
+from celery.exceptions import CPendingDeprecationWarning
 
 from messaging.config import OperatorTokenMissing, SettingsError, get_settings
+from messaging.runtime import logs
 from messaging.runtime.celeryconf import celery_config
 from messaging.runtime.dataversion import check_at_start
-from messaging.runtime.logs import quiet_per_event_logs
 
+# Whatever a worker, beat or Flower writes (beat's schedule, the archive) is
+# its owner's alone, like the rest of the data dir.
+os.umask(0o077)
 app = Celery("courier", include=["workers.tasks", "workers.retention"])
 try:
     app.conf.update(celery_config(get_settings()))
@@ -23,12 +31,51 @@ except SettingsError as exc:  # say why in one line, not with a traceback
 get_settings().data_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _quiet_logs(**_: Any) -> None:
-    """Per-task lines only with COURIER_LOG_TASKS (workers and beat alike)."""
-    quiet_per_event_logs(get_settings())
+def process_name(argv: list[str]) -> str:
+    """How this Celery process names itself in its logs: beat, or worker-<node's kind>."""
+    if "beat" in argv:
+        return "beat"
+    node = argv[argv.index("-n") + 1] if "-n" in argv[:-1] else ""
+    return f"worker-{node.partition('@')[0]}" if node else "worker"
 
 
-signals.after_setup_logger.connect(_quiet_logs, weak=False)
+def _setup_logs(**_: Any) -> None:
+    """The deployment's log format and outage lines; per-task lines only with
+    COURIER_LOG_TASKS (workers and beat alike)."""
+    logs.setup(process_name(sys.argv), get_settings())
+
+
+signals.after_setup_logger.connect(_setup_logs, weak=False)
+signals.after_setup_task_logger.connect(_setup_logs, weak=False)
+
+
+def _worker_set_up(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Once the worker's logging is set up: no text banner with JSON logs, and no
+    warning per lost broker connection."""
+    if get_settings().log_format == logs.JSON and instance is not None:
+        instance.quiet = True
+    # Written at every lost connection, about a default Courier keeps on purpose:
+    # a running task goes on, and one whose ack was lost runs again, harmlessly
+    # (its dispatch lease). Celery's log setup lets it through: filtered after it.
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5.1 we introduced",
+                            category=CPendingDeprecationWarning)
+
+
+signals.celeryd_after_setup.connect(_worker_set_up, weak=False)
+if get_settings().log_format == logs.JSON:
+    # Until Celery sets up its own handlers (replacing this one), what is said
+    # early, warnings included, is JSON too.
+    logging.captureWarnings(True)
+    logs.setup(process_name(sys.argv), get_settings())
+    # The worker's shutdown lines, written from its signal handlers.
+    celery_worker.safe_say = logs.json_say(process_name(sys.argv), "celery.worker")
+    _beat = app.Beat
+
+    def _quiet_beat(*args: Any, **kwargs: Any) -> Any:
+        """Beat without its text banner: with JSON logs every line is an object."""
+        return _beat(*args, **{**kwargs, "quiet": True})
+
+    app.Beat = _quiet_beat
 
 
 def _beat_needs_the_token(**_: Any) -> None:

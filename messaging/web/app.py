@@ -22,6 +22,7 @@ from messaging import __version__
 from messaging.config import OperatorTokenMissing, Settings, get_settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
+from messaging.runtime import logs
 from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
@@ -162,4 +163,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+
+# Imported by uvicorn once it has set up its loggers, before its first line:
+# from here on every line is in the deployment's format.
+logs.setup("api", get_settings())
 app = create_app()

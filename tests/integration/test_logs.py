@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
 
 from tests.receiver import Receiver
-from tests.stack import make_stack, wait_until
+from tests.stack import free_port, make_stack, wait_until
+
+# How long the outage test keeps the store frozen, then stopped.
+FROZEN_S = 8
 
 
 def test_a_worker_writes_no_line_per_task_by_default(tmp_path: Path) -> None:
@@ -55,3 +66,109 @@ def test_task_logging_names_a_webhook_without_its_query_string(tmp_path: Path) -
     finally:
         stack.stop()
         receiver.stop()
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    """Every line of a log as a JSON object (fails on a line that is not one)."""
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                raise AssertionError(f"not a JSON line: {line!r}") from None
+            assert isinstance(item, dict), line
+            assert {"ts", "level", "process", "event"} <= item.keys(), line
+            out.append(item)
+    return out
+
+
+def test_every_process_writes_one_json_object_per_line(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, log_format="json")
+    try:
+        worker = stack.start_worker(beat=False)
+        beat = stack.spawn("beat", ["-m", "celery", "-A", "workers.app", "beat", "-s",
+                                    str(tmp_path / "schedule"), "--loglevel", "INFO"])
+        api, api_url = stack.serve("api", ["-m", "uvicorn", "messaging.web.app:app", "--host",
+                                           "127.0.0.1", "--port", "{port}"], "/healthz")
+        flower, flower_url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        assert httpx.get(f"{api_url}/v1/nothing-here", timeout=5).status_code == 404
+        wait_until(lambda: "Sending due task" in beat.log.read_text(), what="beat's tick")
+        store_env = {"COURIER_DATA_DIR": str(tmp_path / "own"), "COURIER_REDIS_URL": "",
+                     "COURIER_EMBEDDED_PORT": str(free_port())}
+        store = stack.spawn("store", ["-m", "messaging.runtime.embedded"], store_env)
+        wait_until(lambda: "log in" in store.log.read_text(), what="the store wrapper")
+        for proc in (api, worker, beat, flower, store):
+            proc.stop()
+
+        served = _objects(api.log.read_text())
+        assert {o["process"] for o in served} == {"api"}
+        assert any(o["event"].startswith("Started server process") for o in served)
+        (access,) = [o for o in served if o.get("path") == "/v1/nothing-here"]
+        assert (access["method"], access["status"], access["level"]) == ("GET", 404, "INFO")
+        worked = _objects(worker.log.read_text())
+        assert any(o["event"].endswith("ready.") for o in worked), worked
+        assert {o["process"] for o in worked} == {"worker-" + worker_node(worker)}
+        ticked = _objects(beat.log.read_text())
+        assert {o["process"] for o in ticked} == {"beat"}
+        assert any("Sending due task" in o["event"] for o in ticked)
+        assert {o["process"] for o in _objects(flower.log.read_text())} == {"flower"}
+        stored = _objects(store.log.read_text())
+        assert {o["process"] for o in stored} == {"store"}
+        assert any("log in" in o["event"] for o in stored)
+    finally:
+        stack.stop()
+
+
+def worker_node(worker: Any) -> str:
+    """The kind part of a test worker's node name (``w1a2b3c@test``: ``w1a2b3c``)."""
+    args = worker.popen.args
+    return str(args[args.index("-n") + 1]).partition("@")[0]
+
+
+def _outage_lines(logs: dict[str, Path], marks: dict[str, int]) -> dict[str, list[str]]:
+    """What each log says about the connection since its mark."""
+    found: dict[str, list[str]] = {}
+    for name, path in logs.items():
+        text = path.read_bytes()[marks[name]:].decode(errors="replace")
+        assert "Traceback" not in text, f"{name}:\n{text[-3000:]}"
+        found[name] = [o.get("courier_outage", "") for o in _objects(text)]
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_an_outage_is_one_line_when_lost_and_one_when_back(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, log_format="json", log_tasks="0")
+    try:
+        worker = stack.start_worker(beat=False)
+        beat = stack.spawn("beat", ["-m", "celery", "-A", "workers.app", "beat", "-s",
+                                    str(tmp_path / "schedule"), "--loglevel", "INFO"])
+        logs = {"worker": worker.log, "beat": beat.log}
+        wait_until(lambda: list(tmp_path.glob("schedule*")), what="beat's schedule")
+        time.sleep(2)
+
+        # Frozen: every command times out, as on a store that stalls.
+        marks = {name: path.stat().st_size for name, path in logs.items()}
+        os.kill(stack.store.pid, signal.SIGSTOP)
+        time.sleep(FROZEN_S)
+        os.kill(stack.store.pid, signal.SIGCONT)
+        wait_until(lambda: "back" in _outage_lines(logs, marks)["beat"], 30,
+                   what="beat's line that the connection is back")
+        time.sleep(3)
+        said = _outage_lines(logs, marks)
+        assert said["beat"] == ["lost", "back"], said
+        # The worker, waiting on its queue, may not have noticed: one pair at most.
+        assert said["worker"] in ([], ["lost", "back"]), said
+
+        # Gone: connections refused, then the store comes back on its port.
+        marks = {name: path.stat().st_size for name, path in logs.items()}
+        stack.store.stop()
+        time.sleep(FROZEN_S)
+        stack.store.start()
+        wait_until(lambda: all("back" in lines for lines in _outage_lines(logs, marks)
+                               .values()), 40, what="both lines that the connection is back")
+        time.sleep(3)
+        said = _outage_lines(logs, marks)
+        assert said == {"worker": ["lost", "back"], "beat": ["lost", "back"]}, said
+    finally:
+        stack.stop()
