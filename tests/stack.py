@@ -163,9 +163,10 @@ class Stack:
         return proc
 
     def serve(self, name: str, args: list[str], health: str,
-              env: dict[str, str] | None = None, port: int = 0) -> tuple[Proc, str]:
+              env: dict[str, str] | None = None, port: int = 0,
+              auth: tuple[str, str] | None = None) -> tuple[Proc, str]:
         """An HTTP process (``{port}`` in ``args``, a free one unless given); it and
-        its URL once ``health`` says 200."""
+        its URL once ``health`` says 200 (asked with ``auth``, if given)."""
         port = port or free_port()
         proc = self.spawn(name, [a.format(port=port) for a in args], env)
         url = f"http://127.0.0.1:{port}"
@@ -174,7 +175,7 @@ class Stack:
             if not proc.alive():
                 raise AssertionError(f"{name} died:\n{proc.tail()}")
             try:
-                return httpx.get(url + health, timeout=1).status_code == 200
+                return httpx.get(url + health, auth=auth, timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 
@@ -195,9 +196,10 @@ class Stack:
         return self.serve("api", self.procfile_argv("api", env), "/healthz", env, port)
 
     def start_flower(self, args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, str]:
-        """Flower (``args`` start it) on 127.0.0.1; it and its URL once it answers."""
+        """Flower (``args`` start it) on 127.0.0.1; it and its URL once it answers
+        (its health check asked with the operator's credentials)."""
         return self.serve("flower", [*args, "--port={port}", "--address=127.0.0.1"],
-                          "/healthcheck", env)
+                          "/healthcheck", env, auth=("operator", self.operator_token))
 
     def start_worker(self, queues: str = "deliver.inbox,courier.sweep", concurrency: int = 2,
                      beat: bool = True, env: dict[str, str] | None = None) -> Proc:

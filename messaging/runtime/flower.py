@@ -1,8 +1,12 @@
 """Flower behind the operator token: ``python -m messaging.runtime.flower [flower options]``.
 
-Its pages and its HTTP API both ask for HTTP basic auth, user ``operator``,
-password the operator token. The credentials go to Flower in its environment
-(``FLOWER_BASIC_AUTH``), never on a command line that ``ps`` would show.
+Every route, its pages, its HTTP API, ``/metrics``, ``/healthcheck`` and its
+static files included, asks for HTTP basic auth, user ``operator``, password
+the operator token. Flower itself checks it only on the routes it marks
+``authenticated``: here its application checks it before it looks for a
+handler, so no route, present or future, answers without it. The credentials go to Flower in its
+environment (``FLOWER_BASIC_AUTH``), never on a command line that ``ps`` would
+show.
 
 Flower lists (on its broker page and in ``/api/queues/length``) the queues
 that running workers consume, or the app's configured queues when no worker
@@ -15,6 +19,9 @@ appear with their first project.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import logging
 import os
 import sys
@@ -22,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from messaging.config import OperatorTokenMissing, Settings, get_settings
+from messaging.runtime import logs
 from messaging.runtime.celeryconf import courier_queues
 from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
@@ -59,9 +67,46 @@ def lane_aware(flowers: Callable[[Any], list[str]],
     return names
 
 
+def authorized(header: str, token: str) -> bool:
+    """True when an ``Authorization`` header carries user ``operator`` and the token."""
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        given = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return hmac.compare_digest(given, f"{USER}:{token}".encode())
+
+
+def guard_every_route(application: type[Any], token: str) -> None:
+    """Make ``application`` (Flower's Tornado application class) answer 401 to any
+    request without the operator's credentials, before it looks for a handler."""
+    from tornado.web import RequestHandler
+
+    class Unauthorized(RequestHandler):
+        """401 with the basic-auth challenge, whatever the method."""
+
+        def prepare(self) -> None:
+            self.set_status(401)
+            self.set_header("WWW-Authenticate", 'Basic realm="flower"')
+            self.finish("Access denied")
+
+    find = application.find_handler
+
+    def find_handler(self: Any, request: Any, **kwargs: Any) -> Any:
+        if not authorized(request.headers.get("Authorization", ""), token):
+            return self.get_handler_delegate(request, Unauthorized)
+        return find(self, request, **kwargs)
+
+    application.find_handler = find_handler
+
+
 def main() -> None:
     """Run Flower in this process, the operator token guarding it, every lane queue listed."""
     from celery.bin.celery import main as celery_main
+    from flower import command
+    from flower.app import Flower
     from flower.views import BaseHandler
 
     settings = get_settings()
@@ -70,7 +115,16 @@ def main() -> None:
     except OperatorTokenMissing as exc:
         sys.exit(f"flower: {exc}")
     os.environ.update(flower_env(token))
+    guard_every_route(Flower, token)
     BaseHandler.get_active_queue_names = lane_aware(BaseHandler.get_active_queue_names, settings)
+    tornado_logging = command.setup_logging
+
+    def setup_logging() -> None:
+        """Tornado's logging, then the deployment's format and outage lines."""
+        tornado_logging()
+        logs.setup("flower", settings)
+
+    command.setup_logging = setup_logging
     sys.argv = ["celery", "-A", CELERY_APP, "flower", *sys.argv[1:]]
     sys.exit(celery_main())
 

@@ -171,9 +171,10 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     return output
 
 
-def _flower_up(url: str) -> bool:
+def _flower_up(url: str, token: str) -> bool:
     try:
-        return httpx.get(url + "healthcheck", timeout=1).status_code == 200
+        return httpx.get(url + "healthcheck", auth=("operator", token),
+                         timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -203,7 +204,7 @@ def test_courier_up_runs_the_stack_stops_on_ctrl_c_and_keeps_data(tmp_path: Path
             sent = a.send(["Bob"], "Hello", "from up")
             wait_until(lambda: b.inbox()["messages"], 30, what="delivery under courier up")
         flower = f"http://127.0.0.1:{ports['flower']}/"
-        wait_until(lambda: _flower_up(flower), 60, 0.2, "Flower")
+        wait_until(lambda: _flower_up(flower, operator), 60, 0.2, "Flower")
         assert httpx.get(flower, timeout=5).status_code == 401
         assert httpx.get(flower, auth=("operator", operator), timeout=5).status_code == 200
     finally:

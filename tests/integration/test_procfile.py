@@ -17,9 +17,9 @@ from messaging.runtime.embedded import EmbeddedStore
 from tests.stack import ROOT, free_port, wait_until
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, auth: tuple[str, str] | None = None) -> bool:
     try:
-        return httpx.get(url, timeout=1).status_code == 200
+        return httpx.get(url, auth=auth, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -65,7 +65,8 @@ def test_honcho_runs_the_procfile_with_an_external_store(tmp_path: Path):
             a.send(["Bob"], "Hello", "from honcho")
             wait_until(lambda: b.inbox()["messages"], 60, what="delivery by the Procfile's worker")
 
-        wait_until(lambda: _answers(flower + "/healthcheck"), 60, 0.2, "Flower")
+        wait_until(lambda: _answers(flower + "/healthcheck", ("operator", token)), 60, 0.2,
+                   "Flower")
         assert httpx.get(flower + "/", timeout=5).status_code == 401
         assert httpx.get(flower + "/api/workers", timeout=5).status_code == 401
         auth = ("operator", token)
