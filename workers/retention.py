@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import redis.exceptions
 from celery.utils.log import get_task_logger
 
 from messaging.config import get_settings
 from messaging.runtime.celeryconf import RETENTION_TASK
+from messaging.service import archive
 from messaging.service.retention import sweep_project
 from messaging.store import connect, keys
 from messaging.store.retention import RetentionStore
@@ -30,11 +32,16 @@ def store() -> RetentionStore:
 
 
 def retain() -> int:
-    """Archive and remove every project's final messages past the retention period.
+    """Archive and remove every project's final messages past the retention period, and
+    delete archive days past COURIER_ARCHIVE_KEEP_DAYS.
 
     Returns how many messages were removed.
     """
     settings = get_settings()
+    expired = archive.expire(settings.archive_root, settings.archive_keep_days, time.time())
+    if expired:
+        log.info("retention deleted %d archive days older than %g days", len(expired),
+                 settings.archive_keep_days)
     if settings.retention_s <= 0:
         return 0
     removed = 0

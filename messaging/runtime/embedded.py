@@ -155,6 +155,7 @@ class EmbeddedStore:
         host: str = "127.0.0.1",
         appendfsync: str = "everysec",
         max_memory_bytes: int = 0,
+        log_max_bytes: int = STORE_LOG_MAX_BYTES,
     ) -> None:
         if appendfsync not in FSYNC_POLICIES:
             raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
@@ -163,6 +164,7 @@ class EmbeddedStore:
         self.host = host
         self.appendfsync = appendfsync
         self.max_memory_bytes = max_memory_bytes
+        self.log_max_bytes = log_max_bytes
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._lock: IO[bytes] | None = None
@@ -263,8 +265,9 @@ class EmbeddedStore:
             )
             stream = self._proc.stdout
             assert stream is not None  # stdout=PIPE
+            out = BoundedLog(self.log_path, self.log_max_bytes)
             self._reader = threading.Thread(target=copy_output, name="valkey-output",
-                                            args=(stream, BoundedLog(self.log_path)), daemon=True)
+                                            args=(stream, out), daemon=True)
             self._reader.start()
             self._wait_until_serving(self._proc, timeout_s)
         except BaseException:

@@ -6,6 +6,11 @@ and ``archived_ts``. A round appends one gzip member per file and flushes it
 to disk before anything is removed from the store. A round that stopped
 between the two writes the same message again next time: readers keep the
 last line of each message id.
+
+Files and directories are their owner's alone (0600, 0700). With
+``COURIER_ARCHIVE_KEEP_DAYS`` set, the retention round deletes the files of
+days that ended more than that long ago (``expire``); unset or ``0`` keeps
+them all.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 Json = dict[str, Any]
 
 SUFFIX = ".jsonl.gz"
+SECONDS_PER_DAY = 86_400
 DAY_FORMAT = "%Y-%m-%d"
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _PROJECT = re.compile(r"^prj_[0-9a-f]+$")
@@ -48,9 +54,10 @@ def path(root: Path, project_id: str, day: str) -> Path:
 def append(root: Path, project_id: str, day: str, lines: Iterable[Json]) -> Path:
     """Append lines to one day's file as a gzip member, and flush them to disk."""
     target = path(root, project_id, day)
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (root, target.parent):
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = b"".join(json.dumps(line, ensure_ascii=False).encode() + b"\n" for line in lines)
-    with target.open("ab") as raw:
+    with os.fdopen(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb") as gz:
             gz.write(data)
         raw.flush()
@@ -81,3 +88,32 @@ def days(root: Path, project_id: str) -> list[str]:
     if not folder.is_dir():
         return []
     return sorted(p.name.removesuffix(SUFFIX) for p in folder.glob(f"*{SUFFIX}"))
+
+
+def expire(root: Path, keep_days: float, now_s: float) -> list[Path]:
+    """Delete every project's day files of days that ended more than ``keep_days`` ago;
+    the files deleted. ``keep_days`` 0 keeps everything."""
+    if keep_days <= 0 or not root.is_dir():
+        return []
+    oldest_kept = datetime.fromtimestamp(now_s - keep_days * SECONDS_PER_DAY,
+                                         tz=UTC).strftime(DAY_FORMAT)
+    gone = []
+    for folder in sorted(p for p in root.iterdir() if _PROJECT.match(p.name) and p.is_dir()):
+        for day in days(root, folder.name):
+            if _DAY.match(day) and day < oldest_kept:
+                target = folder / f"{day}{SUFFIX}"
+                target.unlink(missing_ok=True)
+                gone.append(target)
+    return gone
+
+
+def size_bytes(top: Path) -> int:
+    """The bytes of every file under ``top`` (0 when it does not exist)."""
+    total = 0
+    for folder, _, names in os.walk(top):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:  # removed while we walked
+                continue
+    return total

@@ -14,6 +14,7 @@ deployment. Queue depths are read from the broker.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -23,6 +24,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from messaging.service import archive
 from messaging.store import keys
 from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
@@ -63,6 +65,11 @@ async def store_counters(store: Store) -> tuple[dict[str, int], int, int]:
     return totals, due, unindexed
 
 
+def disk_bytes(archive_root: Path, data_dir: Path) -> tuple[int, int]:
+    """(archive, data dir) sizes in bytes; walks both, so call it off the event loop."""
+    return archive.size_bytes(archive_root), archive.size_bytes(data_dir)
+
+
 async def busiest_backlogs(store: Store, kinds: list[str],
                            top: int = BUSIEST) -> list[tuple[str, str, int]]:
     """(project, transport, deliveries waiting for a turn) of the projects with the most."""
@@ -86,10 +93,11 @@ class Snapshot:
     def __init__(self, totals: dict[str, int], due: int, depths: dict[str, int],
                  memory: tuple[int, int],
                  backlogs: list[tuple[str, str, int]] | None = None,
-                 unindexed: int = 0) -> None:
+                 unindexed: int = 0, disk: tuple[int, int] = (0, 0)) -> None:
         self.totals, self.due, self.depths, self.memory = totals, due, depths, memory
         self.backlogs = backlogs or []
         self.unindexed = unindexed
+        self.disk = disk
 
     def collect(self) -> Iterator[Metric]:
         """The delivery families."""
@@ -124,6 +132,12 @@ class Snapshot:
         yield backlog
         yield GaugeMetricFamily("courier_search_unindexed", "Dispatched deliveries whose "
                                 "message waits for the search index", value=self.unindexed)
+        yield GaugeMetricFamily("courier_archive_bytes", "Bytes of the archive "
+                                "(COURIER_ARCHIVE_DIR), as this API process sees it",
+                                value=self.disk[0])
+        yield GaugeMetricFamily("courier_data_dir_bytes", "Bytes of the data dir "
+                                "(COURIER_DATA_DIR, the archive included when it is inside), "
+                                "as this API process sees it", value=self.disk[1])
 
     def _latency(self) -> HistogramMetricFamily:
         buckets: list[tuple[str, float]] = []
@@ -139,8 +153,9 @@ class Snapshot:
 
 def render(totals: dict[str, int], due: int, depths: dict[str, int],
            memory: tuple[int, int],
-           backlogs: list[tuple[str, str, int]] | None = None, unindexed: int = 0) -> bytes:
+           backlogs: list[tuple[str, str, int]] | None = None, unindexed: int = 0,
+           disk: tuple[int, int] = (0, 0)) -> bytes:
     """The exposition text: this process's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(totals, due, depths, memory, backlogs, unindexed))
+    registry.register(Snapshot(totals, due, depths, memory, backlogs, unindexed, disk))
     return generate_latest(REGISTRY) + generate_latest(registry)

@@ -75,3 +75,24 @@ def test_ids_removed_under_a_shorter_retention_are_kept_by_that_period() -> None
     assert archived_buckets(NOW_S, 300) == ["2026-11-30T140500", "2026-11-30T140000",
                                             "2026-11-30T135500"]
     assert archived_buckets(NOW_S, 0.5) == ["2026-11-30T140507", "2026-11-30T140506"]
+
+
+def test_expire_deletes_days_that_ended_more_than_keep_days_ago(tmp_path: Path) -> None:
+    for day in ("2026-11-28", "2026-11-29", "2026-11-30"):
+        archive.append(tmp_path, PID, day, [{"id": "msg_a", "created_ts": "1"}])
+    noon_dec_1 = 1_796_126_400.0  # 2026-12-01T12:00:00Z
+    assert archive.expire(tmp_path, 0, noon_dec_1) == []  # 0 keeps everything
+    assert archive.days(tmp_path, PID) == ["2026-11-28", "2026-11-29", "2026-11-30"]
+    # 1.5 days before noon on Dec 1 is midnight Nov 30: the days before it have ended.
+    gone = archive.expire(tmp_path, 1.5, noon_dec_1)
+    assert gone == [archive.path(tmp_path, PID, d) for d in ("2026-11-28", "2026-11-29")]
+    assert archive.days(tmp_path, PID) == ["2026-11-30"]
+
+
+def test_archive_files_are_the_owner_s_alone(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    target = archive.append(root, PID, DAY, [{"id": "msg_a", "created_ts": "1"}])
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert root.stat().st_mode & 0o777 == 0o700
+    assert target.parent.stat().st_mode & 0o777 == 0o700
+    assert archive.size_bytes(root) == target.stat().st_size > 0

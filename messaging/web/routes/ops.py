@@ -58,6 +58,8 @@ async def prometheus(svc: Svc) -> PlainTextResponse:
             asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
     except Exception:  # broker unreachable: the other figures still help
         depths = {}
+    disk = await asyncio.to_thread(metrics.disk_bytes, svc.settings.archive_root,
+                                   svc.settings.data_dir)
     return PlainTextResponse(metrics.render(totals, due, depths, memory, backlogs,
-                                              unindexed).decode(),
+                                              unindexed, disk).decode(),
                              media_type="text/plain; version=0.0.4")
