@@ -62,6 +62,17 @@ def _worker_set_up(sender: Any = None, instance: Any = None, **_: Any) -> None:
 
 
 signals.celeryd_after_setup.connect(_worker_set_up, weak=False)
+
+
+def _beat_started(sender: Any = None, **_: Any) -> None:
+    """One line that beat runs (its banner is left out with JSON logs)."""
+    settings = get_settings()
+    logging.getLogger("courier.beat").info(
+        "beat started: the sweeper every %g s, retention every %g s",
+        settings.sweep_interval_s, settings.retention_interval_s)
+
+
+signals.beat_init.connect(_beat_started, weak=False)
 if get_settings().log_format == logs.JSON:
     # Until Celery sets up its own handlers (replacing this one), what is said
     # early, warnings included, is JSON too.

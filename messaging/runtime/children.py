@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import IO, cast
 
+from messaging.runtime import logs
+
 # A worker's warm shutdown waits for running tasks, and a webhook may take its timeout.
 CHILD_STOP_TIMEOUT_S = 15.0
 WATCH_INTERVAL_S = 0.2
@@ -45,10 +47,15 @@ def stop_signals() -> Iterator[threading.Event]:
 
 
 class Output:
-    """Writes lines to stdout, each prefixed with the name of the process it came from."""
+    """Writes lines to stdout, each prefixed with the name of the process it came from.
 
-    def __init__(self, names: Iterable[str]) -> None:
+    With ``json`` (COURIER_LOG_FORMAT=json) a line is a JSON object instead: the
+    children's as they wrote them, any other wrapped as one of its process.
+    """
+
+    def __init__(self, names: Iterable[str], json: bool = False) -> None:
         names = list(names)
+        self._json = json
         self._width = max(map(len, names))
         self._colors = {name: COLORS[i % len(COLORS)] for i, name in enumerate(names)}
         self._tty = sys.stdout.isatty()
@@ -56,6 +63,11 @@ class Output:
 
     def line(self, name: str, text: str) -> None:
         """Write one line for ``name``."""
+        if self._json:
+            with self._lock:
+                sys.stdout.write(logs.json_line(name, text) + "\n")
+                sys.stdout.flush()
+            return
         prefix = f"{name:<{self._width}} | "
         if self._tty:
             prefix = f"\033[{self._colors.get(name, '0')}m{prefix}\033[0m"

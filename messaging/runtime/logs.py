@@ -123,6 +123,15 @@ def json_formatter(process: str) -> logging.Formatter:
                          timestamp="ts", json_ensure_ascii=False)
 
 
+def json_line(process: str, text: str, logger: str = "courier") -> str:
+    """``text`` as one JSON log line of ``process`` (a line that is one already stays)."""
+    if text.startswith("{"):
+        return text
+    record = logging.makeLogRecord({"name": logger, "levelno": logging.INFO,
+                                    "levelname": "INFO", "msg": text})
+    return json_formatter(process).format(record)
+
+
 def json_say(process: str, logger: str) -> Callable[..., None]:
     """A stand-in for a library's signal-safe ``say(msg, file)``: one JSON line, written
     with one ``os.write`` and no logging lock, as a signal handler may."""

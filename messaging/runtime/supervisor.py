@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 
 from messaging.config import Settings, SettingsError
-from messaging.runtime import children, procfile, workerpool
+from messaging.runtime import children, logs, procfile, workerpool
 from messaging.runtime.children import Child, Output
 from messaging.runtime.embedded import (
     EmbeddedStoreError,
@@ -75,7 +75,7 @@ def run_up(settings: Settings) -> int:
     env = child_env(settings)
     table = process_table(settings)
     store_command = procfile.commands(env).get(procfile.STORE)
-    out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
+    out = Output([SUPERVISOR_NAME, procfile.STORE, *table], settings.log_format == logs.JSON)
     if not _broker_usable(settings, out):
         return 2
     if settings.embedded and store_command:
@@ -109,9 +109,10 @@ def run_lane(settings: Settings, lane: str) -> int:
     try:
         table = workerpool.commands(workerpool.check_lane(lane), settings.worker_concurrency)
     except workerpool.LaneNameError as exc:
-        Output([SUPERVISOR_NAME]).line(SUPERVISOR_NAME, f"cannot start: {exc}")
+        Output([SUPERVISOR_NAME], settings.log_format == logs.JSON).line(
+            SUPERVISOR_NAME, f"cannot start: {exc}")
         return 2
-    out = Output([SUPERVISOR_NAME, procfile.STORE, *table])
+    out = Output([SUPERVISOR_NAME, procfile.STORE, *table], settings.log_format == logs.JSON)
     if not _broker_usable(settings, out):
         return 2
     if not _store_ready(None, settings, out):

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from messaging import transports
 from messaging.config import get_settings
 from messaging.models import LaneIn
-from messaging.runtime import children
+from messaging.runtime import children, logs
 from messaging.runtime.celeryconf import SWEEP_QUEUE
 
 CELERY_APP = "workers.app"
@@ -96,8 +96,9 @@ def exec_worker(name: str) -> None:
 
 def run(lane: str = "") -> int:
     """Run the pool until SIGINT or SIGTERM (0) or one of its workers dies (1)."""
-    table = commands(lane, get_settings().worker_concurrency)
-    out = children.Output([POOL_NAME, *table])
+    settings = get_settings()
+    table = commands(lane, settings.worker_concurrency)
+    out = children.Output([POOL_NAME, *table], settings.log_format == logs.JSON)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     served = ", ".join(q for argv in table.values() for q in argv[argv.index("-Q") + 1].split(","))
     out.line(POOL_NAME, f"serving {served}")

@@ -17,6 +17,7 @@ def _check(stack: Stack, name: str, **env: str) -> subprocess.CompletedProcess[s
                           timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_each_healthcheck_follows_its_process(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +16,7 @@ import httpx
 import pytest
 
 from tests.receiver import Receiver
-from tests.stack import free_port, make_stack, wait_until
+from tests.stack import ROOT, free_port, make_stack, wait_until
 
 # How long the outage test keeps the store frozen, then stopped.
 FROZEN_S = 8
@@ -136,6 +138,7 @@ def _outage_lines(logs: dict[str, Path], marks: dict[str, int]) -> dict[str, lis
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_an_outage_is_one_line_when_lost_and_one_when_back(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, log_format="json", log_tasks="0")
@@ -172,3 +175,36 @@ def test_an_outage_is_one_line_when_lost_and_one_when_back(tmp_path: Path) -> No
         assert said == {"worker": ["lost", "back"], "beat": ["lost", "back"]}, said
     finally:
         stack.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_courier_up_with_json_logs_writes_only_json_lines(tmp_path: Path) -> None:
+    api = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    env.update({"COURIER_DATA_DIR": str(tmp_path / "data"), "COURIER_PORT": str(api),
+                "COURIER_EMBEDDED_PORT": str(free_port()),
+                "COURIER_FLOWER_PORT": str(free_port()), "COURIER_LOG_FORMAT": "json"})
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "messaging.cli", "up"], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                return httpx.get(f"http://127.0.0.1:{api}/readyz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 90, 0.2, "courier up")
+        wait_until(lambda: "ready." in log.read_text(), 60, 0.2, "the workers")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    said = _objects(log.read_text())
+    processes = {o["process"] for o in said}
+    assert {"courier", "store", "api", "worker-inbox", "worker-webhook", "beat",
+            "flower"} <= processes, processes
+    assert any(o["process"] == "courier" and o["event"].startswith("API:") for o in said)
