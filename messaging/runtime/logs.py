@@ -57,10 +57,11 @@ JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 JSON_NAMES = {"levelname": "level", "name": "logger", "message": "event"}
 ACCESS_LOGGER = "uvicorn.access"
 ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
-# Exceptions that mean "the store or broker does not answer", wherever they surface.
+# Exceptions that mean "the store or broker does not answer", wherever they surface
+# (not the builtin ConnectionError: a webhook receiver that refuses is no outage).
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, RedisClusterException,
-    OperationalError, ConnectionError, TimeoutError)
+    OperationalError)
 # What Celery, kombu and Flower say, without an exception, while a connection is down.
 CONNECTION_WORDS = ("Cannot connect to", "Connection to broker lost", "Connection error",
                     "Failed to capture events", "connection refused", "Timeout reading",

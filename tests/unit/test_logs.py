@@ -1,0 +1,48 @@
+"""Which log records count as a lost store or broker connection."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import httpx
+import redis.exceptions
+from kombu.exceptions import OperationalError
+
+from messaging.runtime.logs import connection_error, json_line
+
+
+def _record(name: str, msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+    info = None
+    if exc is not None:
+        try:
+            raise exc
+        except BaseException:
+            info = sys.exc_info()
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, None, info)
+
+
+def test_store_and_broker_errors_count_wherever_they_are_in_the_chain() -> None:
+    wrapped = OperationalError("Timeout reading from socket")
+    wrapped.__context__ = redis.exceptions.TimeoutError("Timeout reading from socket")
+    assert connection_error(_record("celery.beat", "Message Error", wrapped))
+    assert connection_error(_record("messaging.x", "boom",
+                                    redis.exceptions.ConnectionError("refused")))
+    assert connection_error(_record("celery.worker.consumer.consumer",
+                                    "consumer: Cannot connect to redis://:**@h:1/0: refused"))
+
+
+def test_other_failures_are_no_outage() -> None:
+    refused = httpx.ConnectError("All connection attempts failed")
+    refused.__context__ = ConnectionRefusedError(111, "Connection refused")
+    assert connection_error(_record("workers.transports.webhook", "webhook failed",
+                                    refused)) is None
+    assert connection_error(_record("celery.app.trace", "Task raised ValueError",
+                                    ValueError("x"))) is None
+    assert connection_error(_record("messaging.x", "Cannot connect to the party")) is None
+
+
+def test_a_plain_line_becomes_a_json_line_and_a_json_line_stays() -> None:
+    line = json_line("courier", "API:    http://127.0.0.1:8787")
+    assert line.startswith("{") and '"process": "courier"' in line and '"ts": ' in line
+    assert json_line("api", '{"event": "x"}') == '{"event": "x"}'
