@@ -52,7 +52,7 @@ def env_name(field: str) -> str:
 
 def shown_default(value: Any) -> str:
     """A default as the table shows it."""
-    if value is None:
+    if value is None or value == "":
         return "unset"
     if isinstance(value, bool):
         return "`1`" if value else "`0`"

@@ -91,8 +91,8 @@ def test_every_process_writes_one_json_object_per_line(tmp_path: Path) -> None:
         worker = stack.start_worker(beat=False)
         beat = stack.spawn("beat", ["-m", "celery", "-A", "workers.app", "beat", "-s",
                                     str(tmp_path / "schedule"), "--loglevel", "INFO"])
-        api, api_url = stack.serve("api", ["-m", "uvicorn", "messaging.web.app:app", "--host",
-                                           "127.0.0.1", "--port", "{port}"], "/healthz")
+        api, api_url = stack.serve("api", ["-m", "messaging.web.serve", "messaging.web.app:app",
+                                           "--host", "127.0.0.1", "--port", "{port}"], "/healthz")
         flower, flower_url = stack.start_flower(["-m", "messaging.runtime.flower"])
         assert httpx.get(f"{api_url}/v1/nothing-here", timeout=5).status_code == 404
         wait_until(lambda: "Sending due task" in beat.log.read_text(), what="beat's tick")
