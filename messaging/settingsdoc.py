@@ -19,6 +19,8 @@ import typer.main
 from messaging.config import Settings
 
 PREFIX = "COURIER_"
+# The default of a setting computed at start (its description says how).
+COMPUTED = "computed"
 GENERATED = "python -m messaging.settingsdoc > docs/configuration.md"
 HEADER = f"""# Configuration
 
@@ -70,8 +72,9 @@ def _cell(text: str) -> str:
 
 def server_rows() -> list[tuple[str, str, str]]:
     """(variable, default, description) of every field of the settings class."""
-    return [(env_name(name), shown_default(field.default), field.description or "")
-            for name, field in Settings.model_fields.items()]
+    return [(env_name(name),
+             COMPUTED if field.default_factory is not None else shown_default(field.default),
+             field.description or "") for name, field in Settings.model_fields.items()]
 
 
 def _commands(group: Any, path: str = "courier") -> Iterator[tuple[str, Any]]:
