@@ -31,6 +31,18 @@ def stable(value: Any) -> Any:
     return value
 
 
+def lost(got: Any, expected: Any, path: str = "") -> list[str]:
+    """Where ``got`` lacks or changed what ``expected`` holds (fields it gained are fine)."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return [d for k, v in expected.items()
+                for d in (lost(got[k], v, f"{path}.{k}") if k in got
+                          else [f"{path}.{k}: missing"])]
+    if isinstance(expected, list) and isinstance(got, list) and len(got) == len(expected):
+        return [d for i, (g, e) in enumerate(zip(got, expected, strict=True))
+                for d in lost(g, e, f"{path}[{i}]")]
+    return [] if got == expected else [f"{path}: {got!r} != {expected!r}"[:300]]
+
+
 def agent_records(api: CourierClient) -> Json:
     """What one agent's token reads: its inbox, and every message in it or sent by
     it with that message's deliveries and thread."""

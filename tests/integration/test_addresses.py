@@ -117,8 +117,10 @@ def test_the_human_sees_a_subagent_s_mail_under_its_session_s_address(project: P
     sub = project.agent("Sub", parent=lead.id)
     sent = sub.api.send("human", "Need a decision", "which schema?")
     assert (sent["from"], sent["via"]) == (lead.label, sub.label)
-    inbox = project.admin.request("GET", f"/v1/projects/{project.project_id}/human/inbox")
-    assert [(m["from"], m["via"]) for m in inbox["messages"]] == [(lead.label, sub.label)]
+    path = f"/v1/projects/{project.project_id}/human/inbox"
+    messages = wait_until(lambda: project.admin.request("GET", path)["messages"],
+                          what="the message in the human's inbox")
+    assert [(m["from"], m["via"]) for m in messages] == [(lead.label, sub.label)]
 
 
 def test_search_filters_by_sender_name_or_exact_address(project: Project):

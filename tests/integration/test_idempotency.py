@@ -34,10 +34,15 @@ def inbox(stack: Stack, project_id: str, agent: Agent) -> list[str]:
 
 
 def settled(project: Project, sender: Agent, sent: Json) -> None:
-    """Wait until every delivery of a sent message has its transport outcome."""
+    """Wait until every delivery of a sent message has its transport outcome and the
+    message is indexed for search (the store then changes only when asked)."""
     for obs in sent["delivery"]["observations"]:
         wait_until(lambda did=obs["delivery_id"]: sender.api.delivery(did)["outcome"],
                    what=f"the outcome of {obs['delivery_id']}")
+    queue, claim = keys.search_queue(project.project_id), keys.search_claim(project.project_id)
+    with project.stack.redis() as r:
+        wait_until(lambda: r.llen(queue) == 0 and not r.exists(claim),
+                   what="the message indexed for search")
 
 
 def idem_key(project: Project, agent: Agent, key: str, operation: str = "send") -> str:
