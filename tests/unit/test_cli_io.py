@@ -6,7 +6,7 @@ import json
 import sys
 import unicodedata
 
-from messaging.cli_io import json_text, visible
+from messaging.cli.io import json_text, visible
 
 HIDDEN = {"Cc", "Cf", "Zl", "Zp", "Cs"}
 

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from messaging import __version__, cli_backup
-from messaging.cli_io import (
+from messaging import __version__
+from messaging.cli import backup as cli_backup
+from messaging.cli.io import (
     AsJson,
     Exit,
     OperatorToken,
@@ -602,7 +603,7 @@ def search(
 
 def _install_commands(root: typer.Typer) -> None:
     """Commands kept in modules of their own."""
-    from messaging.cli_targets import install
+    from messaging.cli.targets import install
 
     install(root)
 
@@ -681,6 +682,3 @@ def main() -> None:
     """Entry point of the ``courier`` script."""
     app()
 
-
-if __name__ == "__main__":
-    main()

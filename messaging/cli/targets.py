@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from messaging.cli_io import AsJson, Token, Url, answer, out, say, table, visible
+from messaging.cli.io import AsJson, Token, Url, answer, out, say, table, visible
 from messaging.client import CourierClient, Json
 
 Project = Annotated[str, typer.Option("--project", envvar="COURIER_PROJECT",

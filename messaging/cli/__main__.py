@@ -1,0 +1,5 @@
+"""``python -m messaging.cli``: the ``courier`` command."""
+
+from messaging.cli.commands import main
+
+main()
