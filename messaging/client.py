@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-Json = dict[str, Any]
+from messaging.types import Json
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 # The server sends a heartbeat every 15 s; a stream silent this long is dead.

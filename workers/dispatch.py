@@ -29,10 +29,10 @@ from messaging.errors import from_validation
 from messaging.service.views import message_view
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
+from messaging.types import Json
 
 log = logging.getLogger(__name__)
 
-Json = dict[str, Any]
 LEASE_LOST = "lease lost before hand-off"
 
 

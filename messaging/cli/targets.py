@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from messaging.cli.io import AsJson, Token, Url, answer, out, say, table, visible
-from messaging.client import CourierClient, Json
+from messaging.client import CourierClient
+from messaging.types import Json
 
 Project = Annotated[str, typer.Option("--project", envvar="COURIER_PROJECT",
                                       help="project id")]

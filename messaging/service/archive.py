@@ -22,9 +22,8 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-Json = dict[str, Any]
+from messaging.types import Json
 
 SUFFIX = ".jsonl.gz"
 SECONDS_PER_DAY = 86_400

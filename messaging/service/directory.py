@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from messaging import ids, transports
 from messaging.config import Settings, get_settings
 from messaging.errors import CourierError, invalid, not_found
@@ -14,8 +12,7 @@ from messaging.service.sending import Dispatcher
 from messaging.service.views import agent_row
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 
 async def create_project(store: Store, caller: Caller, body: ProjectIn) -> Json:

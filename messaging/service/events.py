@@ -31,7 +31,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import redis.exceptions
 from sse_starlette import ServerSentEvent
@@ -44,8 +43,7 @@ from messaging.store.connect import STORE_DOWN
 from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 HEARTBEAT_S = 15
 READ_BLOCK_MS = 1_000  # a stream opened meanwhile joins its project's reader at the next read

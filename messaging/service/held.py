@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from messaging import ids
 from messaging.config import get_settings
 from messaging.errors import CourierError, not_found
@@ -13,8 +11,7 @@ from messaging.service.sending import Dispatcher
 from messaging.service.views import delivery_view, message_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 HELD_LIST_MAX = 500
 DECLINED = "declined by the recipient's user"

@@ -8,8 +8,6 @@ project token reads.
 
 from __future__ import annotations
 
-from typing import Any
-
 from messaging.config import Settings
 from messaging.errors import invalid
 from messaging.models import HUMAN, InboxQuery, NotificationPolicy, SendIn
@@ -19,8 +17,8 @@ from messaging.service.reading import inbox_of
 from messaging.store.schema import AgentField
 from messaging.store.store import Store
 from messaging.timefmt import now_us
+from messaging.types import Json
 
-Json = dict[str, Any]
 DESCRIPTION = "the project's human (the console)"
 
 

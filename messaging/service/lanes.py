@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from messaging import transports
 from messaging.errors import CourierError, not_found
@@ -12,8 +11,8 @@ from messaging.service.caller import Caller, CallerKind
 from messaging.store import keys
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
+from messaging.types import Json
 
-Json = dict[str, Any]
 # Moves a project to a lane ("" for the shared queues) with its waiting
 # deliveries; returns how many moved per transport (blocking: run in a thread).
 LaneMover = Callable[[str, str], dict[str, int]]

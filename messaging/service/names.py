@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from messaging.errors import invalid, not_found
 from messaging.models import NameAllowIn, check_agent_name, normal_name
 from messaging.service.caller import Caller
 from messaging.service.directory import require_project
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 
 def _checked(name: str) -> str:

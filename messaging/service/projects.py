@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from messaging import ids, transports
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN
 from messaging.service.caller import Caller, CallerKind
 from messaging.store.store import Store
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 
 def _require_operator(caller: Caller, what: str) -> None:

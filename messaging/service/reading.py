@@ -5,8 +5,6 @@ Reading never dispatches. Fetching the inbox records ``delivery_observed``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, InboxQuery
@@ -16,8 +14,7 @@ from messaging.service.views import deliveries_of, delivery_view, message_view, 
 from messaging.store.schema import senders, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 # How many inbox entries one store read looks at when filters skip some.
 SCAN_BATCH = 200

@@ -19,7 +19,6 @@ import asyncio
 import html
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Any
 
 import nh3
 from markdown_it import MarkdownIt
@@ -28,8 +27,7 @@ from messaging.runtime.budgetpool import BudgetPool, PoolBusy
 from messaging.service.caller import Caller
 from messaging.service.reading import get_thread
 from messaging.store.store import Store
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 TAGS = frozenset(nh3.ALLOWED_TAGS) - {"img", "map", "area"}
 ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "td": {"align"}, "th": {"align"},

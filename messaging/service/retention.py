@@ -16,7 +16,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from messaging import ids
 from messaging.config import get_settings
@@ -34,8 +33,7 @@ from messaging.store.retention import (
 )
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 # Messages looked at per store call, and how long one project's round may go on.
 BATCH = 200

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from messaging.errors import invalid
 from messaging.models import LABEL_RE, SearchQuery
@@ -12,8 +11,8 @@ from messaging.service.caller import Caller
 from messaging.service.reading import visible
 from messaging.store.searchindex import PROJECT_VIEWER, score_bound_ms
 from messaging.store.store import Store
+from messaging.types import Json
 
-Json = dict[str, Any]
 CURSOR_DIGITS_MAX = 20
 
 

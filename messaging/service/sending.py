@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import Counter
 
@@ -30,8 +30,7 @@ from messaging.service.views import deliveries_of, label, message_view, withheld
 from messaging.store.schema import Target, pack_message, senders, unpack_message, with_sender
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 NOTICE_ACTIONS = {"released": {"none", "retry_admission"}, "cancelled": {"none", "drop_dependency"}}
 # A notice's text is Courier's and its delivery is fixed: no free text, no overrides,

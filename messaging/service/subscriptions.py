@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -41,8 +40,7 @@ from messaging.store.live import expire_subscriptions
 from messaging.store.schema import pack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 SYSTEM_SENDER = "courier"  # the sender of idle notices: no agent, no token
 NOTICE_STATES = ("idle", "exited", "expired")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from messaging.store.schema import unpack_message
 from messaging.timefmt import rfc3339
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 STAGES = (
     "admitted",

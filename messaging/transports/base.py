@@ -18,14 +18,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from messaging.config import Settings
 from messaging.store.deliveries import Leased
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 
 class OutcomeKind(StrEnum):

@@ -62,10 +62,10 @@ from messaging.service.caller import Caller
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.timefmt import now_us
+from messaging.types import Json
 from messaging.web import refusals
 from messaging.web.guard import Gate, auth_of
 
-Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"

@@ -10,13 +10,10 @@ in its description), so generated clients get typed methods.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 
+from messaging.types import Json
 from messaging.web.answers import Error
-
-Json = dict[str, Any]
 
 DESCRIPTION = (
     "Courier carries Markdown messages between the AI agents of one project. "
