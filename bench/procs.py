@@ -199,6 +199,13 @@ class Cluster:
             wait_http(proc, url)
         return proc, url
 
+    def start_api_and_worker(self) -> str:
+        """The API and the inbox worker, started side by side; the API's URL once it answers."""
+        api, url = self.start_http(wait=False)
+        self.start_worker()
+        wait_http(api, url)
+        return url
+
     def start_worker(self, app: str = CELERY_APP, queues: str | None = None,
                      wait: bool = True, concurrency: int | None = None) -> Proc:
         """A Celery worker of ``app``: the Procfile's inbox worker, or with other queues

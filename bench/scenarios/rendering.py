@@ -168,8 +168,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """B's p99 without and with A's pathological thread; A's rendered answer times."""
     s = ctx.sizes
     with ctx.cluster("rendering") as c:
-        _, url = c.start_http()
-        c.start_worker()
+        url = c.start_api_and_worker()
         b = populate(url, c.operator_token, ring(B_AGENTS))
         a = populate(url, c.operator_token, ["Alice", "Bob"])
         with CourierClient(url, a.agent("Alice").token) as alice:

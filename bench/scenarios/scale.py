@@ -19,7 +19,7 @@ from bench.context import Context
 from bench.loadgen import LoadSpec
 from bench.population import Population, inbox_request, populate, ring, ring_sends, sends_to
 from bench.preload import preload, wait_persisted
-from bench.procs import BenchError, Cluster, wait_http
+from bench.procs import BenchError, Cluster
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.store import keys
@@ -115,9 +115,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """Few stored messages, measure; preload up to many, measure; check every send."""
     s = ctx.sizes
     with ctx.cluster("scale") as c:
-        api, url = c.start_http(wait=False)
-        c.start_worker()
-        wait_http(api, url)
+        url = c.start_api_and_worker()
         pop = populate(url, c.operator_token, [*ring(), READER])
         ctx.say(f"scale: {s.memory_sample} messages through the API and the worker")
         real_bytes, template = _real_path(ctx, c, url, pop)

@@ -22,7 +22,7 @@ from bench.context import Context
 from bench.loadgen import LoadSpec, Request
 from bench.population import Agent, Population, populate, ring, ring_sends
 from bench.preload import preload, wait_persisted
-from bench.procs import BenchError, Cluster, wait_http
+from bench.procs import BenchError, Cluster
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
 from messaging.store import keys
@@ -122,9 +122,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """Needles through the real path, measure small, preload to large, measure, check."""
     s = ctx.sizes
     with ctx.cluster("search") as c:
-        api, url = c.start_http(wait=False)
-        c.start_worker()
-        wait_http(api, url)
+        url = c.start_api_and_worker()
         pop = populate(url, c.operator_token, [*ring(), READER])
         template = _needles(ctx, c, url, pop)
         sent: list[Admitted] = []

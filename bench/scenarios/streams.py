@@ -90,8 +90,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """Sends and reads without streams, then beside 270 open ones."""
     s = ctx.sizes
     with ctx.cluster("streams") as c:
-        _, url = c.start_http()
-        c.start_worker()
+        url = c.start_api_and_worker()
         pop = populate(url, c.operator_token, ring(AGENTS))
         ctx.say(f"streams: {OTHER_PROJECTS} other projects")
         others = [populate(url, c.operator_token, ["Solo", "Peer"])

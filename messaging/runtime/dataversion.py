@@ -72,14 +72,8 @@ def check_at_start(url: str, process: str) -> None:
 
 def _newer_than_known(url: str) -> None:
     """Raise DataVersionError when the store's data is now newer than this code knows."""
-    client = connect.sync_client(url, socket_timeout=PROBE_TIMEOUT_S,
-                                 socket_connect_timeout=PROBE_TIMEOUT_S)
-    try:
-        found = version.stored_version(client)
-    finally:
-        client.close()
-    if found is not None and found > version.CURRENT:
-        raise version.DataVersionError(found, version.CURRENT)
+    version.known_version(url, socket_timeout=PROBE_TIMEOUT_S,
+                          socket_connect_timeout=PROBE_TIMEOUT_S)
 
 
 def _watch(url: str, process: str, checked: bool) -> None:

@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from messaging.store import keys
+from messaging.store import connect, keys
 from messaging.store.connect import SyncClient
 
 CURRENT = 2
@@ -93,3 +93,19 @@ def _migrate(client: SyncClient, version: int) -> None:
         MIGRATIONS[version](client)
         version += 1
         client.set(keys.DATA_VERSION, version)
+
+
+def known_version(url: str, **client_options: float) -> int | None:
+    """The data version of the store at ``url`` (None: empty).
+
+    Raises:
+        DataVersionError: the data is newer than this code knows.
+    """
+    client = connect.sync_client(url, **client_options)
+    try:
+        found = stored_version(client)
+    finally:
+        client.close()
+    if found is not None and found > CURRENT:
+        raise DataVersionError(found, CURRENT)
+    return found

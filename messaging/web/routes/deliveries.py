@@ -1,11 +1,11 @@
-"""Deliveries: what happened, redrive, observation."""
+"""Deliveries: what happened, redrive, observation, and settling held ones."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from messaging.service import reading, redrive
+from messaging.service import held, reading, redrive
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
 
@@ -28,3 +28,17 @@ async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
     return ok(await reading.observed(svc.store, who, delivery_id))
+
+
+@router.post("/v1/deliveries/{delivery_id}/release", response_model=answers.Delivery,
+             tags=["held mail"])
+async def release_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Let a held delivery go to its recipient (project token)."""
+    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "release"))
+
+
+@router.post("/v1/deliveries/{delivery_id}/decline", response_model=answers.Delivery,
+             tags=["held mail"])
+async def decline_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
+    """Refuse a held delivery: it ends rejected, never shown (project token)."""
+    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "decline"))

@@ -1,4 +1,4 @@
-"""Held mail: list, release, decline (project token)."""
+"""Held mail: the project's list (release and decline are delivery routes)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,3 @@ router = APIRouter(tags=["held mail"])
 async def list_held(project_id: str, svc: Svc, who: Who) -> JSONResponse:
     """Held deliveries, oldest first, with their messages (project token)."""
     return ok(await held.list_held(svc.store, who, project_id))
-
-
-@router.post("/v1/deliveries/{delivery_id}/release", response_model=answers.Delivery)
-async def release_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
-    """Let a held delivery go to its recipient (project token)."""
-    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "release"))
-
-
-@router.post("/v1/deliveries/{delivery_id}/decline", response_model=answers.Delivery)
-async def decline_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
-    """Refuse a held delivery: it ends rejected, never shown (project token)."""
-    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "decline"))
