@@ -14,16 +14,15 @@ A request with a valid token spends from that token's bucket; a request
 without one (none, malformed or unknown) spends from its client address's
 bucket, so a flood of bad tokens never holds back a valid token from the same
 address, and all bad tokens of one address wait together in the fair share.
-A 401 names the Bearer scheme. Every refusal is counted here, by code, whatever
-the face (``courier_gate_refusals``); a refused send never reaches the send
-service, so it is no admission.
+A 401 names the Bearer scheme. A refusal is counted where answers leave
+(``messaging.web.refusals``), like every other; a refused send never reaches
+the send service, so it is no admission.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import Counter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -40,8 +39,6 @@ OPERATOR_GROUP = "operator"
 # Answered before any authentication: they must answer while the store is slow.
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 
-REFUSALS = Counter("courier_gate_refusals", "Requests the gate refused on any face (REST, SSE, "
-                   "subscriptions, MCP), by error code", ["code"])
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class Gate:
         try:
             caller = await authenticate(self.store, self.operator_token, token, token_hash)
         except CourierError as exc:
-            return Auth(None, self._refused(self._limited(address) or exc), address, anonymous)
+            return Auth(None, self._limited(address) or exc, address, anonymous)
         except STORE_DOWN:  # answered like any route's store failure, from the scope
             return Auth(None, store_unavailable(), address, anonymous)
         group = (OPERATOR_GROUP if caller.kind is CallerKind.OPERATOR
@@ -85,7 +82,7 @@ class Gate:
         try:
             self.tokens.check(token_hash)
         except CourierError as exc:
-            return Auth(None, self._refused(exc), address, group)
+            return Auth(None, exc, address, group)
         return Auth(caller, None, address, group)
 
     def caller(self, auth: Auth) -> Caller:
@@ -98,8 +95,8 @@ class Gate:
             return auth.caller
         if auth.refusal is not None:
             raise auth.refusal
-        raise self._refused(self._limited(auth.address)
-                            or unauthenticated("send Authorization: Bearer <token>"))
+        raise (self._limited(auth.address)
+               or unauthenticated("send Authorization: Bearer <token>"))
 
     def _limited(self, address: str) -> CourierError | None:
         """The 429 of an address past its rate, else None (one request spent)."""
@@ -108,11 +105,6 @@ class Gate:
         except CourierError as exc:
             return exc
         return None
-
-    @staticmethod
-    def _refused(exc: CourierError) -> CourierError:
-        REFUSALS.labels(code=exc.code).inc()
-        return exc
 
 
 class Authenticate:

@@ -1,10 +1,9 @@
 """``GET /metrics``: Prometheus text.
 
 Sends are counted where every face's sends pass, the send service
-(``courier_admissions``, ``messaging.service.sending``), requests the gate
-refuses where every face's requests pass, the gate (``courier_gate_refusals``,
-``messaging.web.guard``), and every error answer of every face, by code and
-face, where answers leave (``courier_refusals``, ``messaging.web.refusals``);
+(``courier_admissions``, ``messaging.service.sending``), and every error answer
+of every face (the gate's 401 and 429 included), by code and face, where
+answers leave (``courier_refusals``, ``messaging.web.refusals``);
 all by each API process. Delivery figures come from the store's per-project
 counters (``keys.stats``), which every worker on every machine writes in the
 same scripts that record outcomes, so any API process shows the whole

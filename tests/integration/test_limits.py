@@ -178,6 +178,13 @@ def _counts(stack: Stack, family: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.M)}
 
 
+def _refusals(stack: Stack, face: str) -> dict[str, float]:
+    """``courier_refusals_total`` of one face, by code, from /metrics."""
+    text = httpx.get(stack.api_url + "/metrics").text
+    pattern = rf'^courier_refusals_total\{{code="([^"]+)",face="{face}"\}} (\S+)$'
+    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.M)}
+
+
 def _moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
@@ -188,17 +195,17 @@ def test_rest_and_mcp_sends_move_admissions_alike(lproject: Project):
     send = {"to": ["Bob"], "subject": "s", "body_md": "x"}
     rest = [("POST", f"{url}/v1/messages",
              {"headers": {"Authorization": f"Bearer {token}"}, "json": send})] * 4 * RATE_PER_S
-    faces = {"rest": lambda: burst(rest),
+    faces = {"http": lambda: burst(rest),
              "mcp": lambda: mcp_burst(url, token, [("send_message", send)] * 4 * RATE_PER_S)}
     for face, run in faces.items():
-        before = (_counts(stack, "courier_admissions"), _counts(stack, "courier_gate_refusals"))
+        before = (_counts(stack, "courier_admissions"), _refusals(stack, face))
         answers = run()
         limited = _refused(answers)
         assert limited, (face, [r.status_code for r in answers])
         admitted = len(answers) - len(limited)
         assert _moved(before[0], _counts(stack, "courier_admissions")) == {
             "admitted": admitted}, face
-        assert _moved(before[1], _counts(stack, "courier_gate_refusals")) == {
+        assert _moved(before[1], _refusals(stack, face)) == {
             "RATE_LIMITED": len(limited)}, face
         time.sleep(1.1)
 
