@@ -1,16 +1,25 @@
 """One conversation seen through every face that shows it: the HTTP answers, the
-event stream and a webhook receiver agree field by field on who a message is
-from and to, on each delivery's stage times, and on its errors.
+event stream, a webhook receiver, the MCP tools (through the official client) and
+the CLI's ``--json`` agree field by field on who a message is from and to, on each
+delivery's stage times, and on its errors.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from standardwebhooks import Webhook
 
 from messaging.client import CourierClient, Event
@@ -66,6 +75,34 @@ class Events:
                 and all(e.data.get(k) == v for k, v in match.items())]
 
 
+def over_mcp(stack: Stack, token: str, calls: list[tuple[str, Json]]) -> list[Json]:
+    """Tool calls in one MCP session as the token's agent; each call's JSON."""
+    async def run() -> list[Json]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                Client(streamable_http_client(f"{stack.api_url}/mcp", http_client=http)) as c:
+            out = []
+            for name, args in calls:
+                result = await c.call_tool(name, args)
+                assert not result.is_error, result.structured_content
+                assert result.structured_content is not None
+                out.append(result.structured_content)
+            return out
+
+    return asyncio.run(run())
+
+
+def over_cli(stack: Stack, token: str, *args: str) -> Json:
+    """One ``courier ... --json`` command as the token's holder; the JSON it printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    done = subprocess.run([sys.executable, "-m", "messaging.cli", *args, "--json"],
+                          env={**env, "COURIER_URL": stack.api_url, "COURIER_TOKEN": token},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed: Json = json.loads(done.stdout)
+    return printed
+
+
 def same(faces: dict[str, Json], fields: tuple[str, ...]) -> None:
     """Every face shows each field alike (named in the failure)."""
     (first_face, first), *others = faces.items()
@@ -74,7 +111,7 @@ def same(faces: dict[str, Json], fields: tuple[str, ...]) -> None:
             assert shown.get(field) == first.get(field), (field, first_face, face)
 
 
-def test_http_sse_and_webhook_agree_on_addresses_stage_times_and_errors(faces: Stack):
+def test_every_face_agrees_on_addresses_stage_times_and_errors(faces: Stack):
     receiver = Receiver()
     receiver.start()
     with faces.operator() as op:
@@ -112,8 +149,15 @@ def test_http_sse_and_webhook_agree_on_addresses_stage_times_and_errors(faces: S
         wait_until(lambda: lead.search("seventeen")["messages"], what="the reply indexed")
         (found,) = lead.search("seventeen")["messages"]
         (in_thread,) = [m for m in lead.thread(answer["thread_id"]) if m["id"] == answer["id"]]
+        mcp_inbox, mcp_found, mcp_delivery = over_mcp(faces, lead_row["token"], [
+            ("fetch_inbox", {}), ("search_messages", {"q": "seventeen"}),
+            ("get_delivery", {"delivery_id": did})])
+        (mcp_in_inbox,) = [m for m in mcp_inbox["messages"] if m["id"] == answer["id"]]
+        (cli_found,) = over_cli(faces, lead_row["token"], "search", "seventeen")["messages"]
         same({"answer": answer, "SSE": streamed, "inbox": in_inbox, "search": found,
-              "thread": in_thread, "GET": lead.get_message(answer["id"])}, MESSAGE_FIELDS)
+              "thread": in_thread, "GET": lead.get_message(answer["id"]),
+              "MCP fetch_inbox": mcp_in_inbox, "MCP search_messages": mcp_found["messages"][0],
+              "CLI search --json": cli_found}, MESSAGE_FIELDS)
         assert streamed["from"] == hook_row["label"] and streamed["to"] == [lead_row["label"]]
 
         # The delivery of the subagent's send: one record, whoever reads it, and its
@@ -121,7 +165,9 @@ def test_http_sse_and_webhook_agree_on_addresses_stage_times_and_errors(faces: S
         final = wait_until(lambda: lead_events.of("delivery", delivery_id=did,
                                                   outcome="accepted"), what="the event")
         views = {"project": admin.delivery(did), "sender": sub.delivery(did),
-                 "root": lead.delivery(did), "list": admin.message_deliveries(sent["id"])[0]}
+                 "root": lead.delivery(did), "list": admin.message_deliveries(sent["id"])[0],
+                 "MCP get_delivery": mcp_delivery,
+                 "CLI delivery --json": over_cli(faces, p["token"], "delivery", did)}
         same(views, DELIVERY_FIELDS)
         shown = views["project"]
         assert final[-1]["stage"] == shown["stage"] and final[-1]["recipient"] == (
