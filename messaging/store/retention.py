@@ -19,7 +19,7 @@ from redis.lock import Lock
 from messaging.store import keys
 from messaging.store.connect import SyncClient
 from messaging.store.schema import senders, unpack_message
-from messaging.store.scripts import source
+from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import unindex_messages
 
 Json = dict[str, Any]
@@ -115,8 +115,7 @@ class RetentionStore:
 
     def __init__(self, client: SyncClient) -> None:
         self.client = client
-        self._remove = client.register_script(source("remove_messages"))
-        self._prune_words = client.register_script(source("prune_words"))
+        self.scripts = scripts_for(client)
 
     def lock(self, project_id: str) -> Lock:
         """The project's retention lock (not yet taken)."""
@@ -180,7 +179,8 @@ class RetentionStore:
                            delivery_tombs])
         args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
                 "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
-        removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]
+        out = self.scripts["remove_messages"](keys=script_keys, args=[json.dumps(args)])
+        removed = [str(m) for m in out]
         # Off the search index too, and their words that nothing stored carries now.
         gone = []
         for stored, _ in doomed:
@@ -188,5 +188,5 @@ class RetentionStore:
                 msg = unpack_message(stored.record["json"])
                 gone.append((stored.message_id, msg, [*senders(msg),
                                                       *(a for _, a in stored.pairs)]))
-        unindex_messages(self.client, self._prune_words, project_id, gone)
+        unindex_messages(self.client, self.scripts["prune_words"], project_id, gone)
         return removed

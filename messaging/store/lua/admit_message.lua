@@ -1,6 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
--- uses: records, resolve_lib, ready_lib
+-- uses: records_lib, resolve_lib, ready_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids

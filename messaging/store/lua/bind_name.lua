@@ -3,7 +3,7 @@
 -- (resolve_lib, with each sender's scope), stamp `target_selected`, pin it,
 -- and put it in the outbox (or hold it, for an agent that holds its mail).
 -- The name's authorization ends: from now on sends resolve the name itself.
--- uses: records, resolve_lib
+-- uses: records_lib, resolve_lib
 --
 -- KEYS[1]  agents       hash  agent_id -> agent JSON
 -- KEYS[2]  names        hash  name -> JSON list of agent ids

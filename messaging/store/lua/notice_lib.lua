@@ -1,7 +1,7 @@
 -- notice_lib: the idle notice, shared by subscribe, set_presence and
 -- expire_subscriptions (prepended to each when it is loaded; it defines
 -- functions only and touches no key of its own).
--- uses: records
+-- uses: records_lib
 --
 -- fire_notice(k, state, g) sends one idle subscription's notice:
 --   k      {sub, msg, dlv, thread, events}: the subscription hash, the
