@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.store import connect, keys
+from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.timefmt import now_us
 
@@ -180,7 +181,8 @@ class DeliveryStore:
         """Record the outcome of a non-idempotent lease that ran out: ``unknown`` when its
         request was handed off, ``failed`` when not; "" when the lease is valid or free."""
         sender_id, admitted_us = self.client.hmget(
-            keys.delivery(project_id, delivery_id), ["sender_id", "admitted_us"])
+            keys.delivery(project_id, delivery_id),
+            [DeliveryField.SENDER_ID, DeliveryField.ADMITTED_US])
         outcome = self.scripts["expire_lease"](
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
                   keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],

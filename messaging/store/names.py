@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.store import connect, keys
+from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 
 Json = dict[str, Any]
@@ -110,7 +111,8 @@ class Names:
         dids = [str(d) for d in await self.client.zrange(keys.waiting(project_id, name), 0, -1)]
         pipe = self.client.pipeline(transaction=False)
         for did in dids:
-            pipe.hmget(keys.delivery(project_id, did), "message_id", "sender_id")
+            pipe.hmget(keys.delivery(project_id, did), DeliveryField.MESSAGE_ID,
+                   DeliveryField.SENDER_ID)
         return _rows(dids, await pipe.execute() if dids else [])
 
     async def bind(self, project_id: str, name: str, now_us: int, due_ms: int) -> list[Bound]:
@@ -142,7 +144,8 @@ def _read_sync(
     dids = [str(d) for d in client.zrange(keys.waiting(project_id, name), 0, -1)]
     pipe = client.pipeline(transaction=False)
     for did in dids:
-        pipe.hmget(keys.delivery(project_id, did), "message_id", "sender_id")
+        pipe.hmget(keys.delivery(project_id, did), DeliveryField.MESSAGE_ID,
+                   DeliveryField.SENDER_ID)
     return _rows(dids, pipe.execute() if dids else [])
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, filter_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
-from messaging.store.schema import unpack_message
+from messaging.store.schema import MessageField, unpack_message
 from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
@@ -74,7 +74,8 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
     for mid in mids:
-        read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
+        read.hmget(keys.message(project_id, mid),
+                   [MessageField.JSON, MessageField.CREATED_US, MessageField.SEQ])
     postings: dict[str, list[Any]] = {}  # key: score, id, score, id, ...
     words: dict[str, None] = {}
     found = 0

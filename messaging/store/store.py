@@ -16,6 +16,7 @@ from messaging.store.deliveries import joining_turns
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
+from messaging.store.schema import AgentField, DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
 
@@ -248,13 +249,14 @@ class Store:
             keys.token(token_hash),
             mapping={"kind": "agent", "project_id": pid, "agent_id": agent["id"]},
         )
-        await self.client.set(keys.agent_token(pid, agent["id"]), token_hash)
+        await self.client.set(keys.agent_token(pid, agent[AgentField.ID]), token_hash)
         for _ in range(REF_ATTEMPTS):
-            agent["ref"] = ids.new_ref()
+            agent[AgentField.REF] = ids.new_ref()
             try:
                 done = await self.scripts["register_agent"](
                     keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
-                    args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
+                    args=[agent[AgentField.ID], agent[AgentField.NAME], agent[AgentField.REF],
+                          json.dumps(agent)],
                 )
             except redis.exceptions.OutOfMemoryError:
                 await self.client.delete(keys.token(token_hash))  # no token without its agent
@@ -262,12 +264,12 @@ class Store:
             if done:
                 return agent
         await self.client.delete(keys.token(token_hash))
-        await self.client.delete(keys.agent_token(pid, agent["id"]))
+        await self.client.delete(keys.agent_token(pid, agent[AgentField.ID]))
         raise RuntimeError("no free agent ref after several tries")
 
     async def add_agent_record(self, project_id: str, agent: Json) -> bool:
         """Store an agent record without token or ref (the human) unless there is one."""
-        return bool(await self.client.hsetnx(keys.agents(project_id), agent["id"],
+        return bool(await self.client.hsetnx(keys.agents(project_id), agent[AgentField.ID],
                                              json.dumps(agent)))
 
     async def get_agent(self, project_id: str, agent_id: str) -> Json | None:
@@ -450,8 +452,9 @@ class Store:
         """Release or decline one held delivery; the script's answer."""
         out = await self.scripts["release_held"](
             keys=[keys.held(project_id), keys.due(project_id),
-                  keys.delivery(project_id, delivery["id"]),
-                  keys.message(project_id, delivery["message_id"]),
-                  keys.events(project_id, delivery["sender_id"]), keys.stats(project_id)],
+                  keys.delivery(project_id, delivery[DeliveryField.ID]),
+                  keys.message(project_id, delivery[DeliveryField.MESSAGE_ID]),
+                  keys.events(project_id, delivery[DeliveryField.SENDER_ID]),
+                  keys.stats(project_id)],
             args=[mode, str(now), str(due_ms), error, str(keys.EVENTS_MAXLEN)])
         return [str(v) for v in out]
