@@ -28,7 +28,7 @@ from messaging.config import get_settings
 from messaging.store import connect
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.schema import pack_message, unpack_message, without_sender
-from messaging.store.scripts import Scripts
+from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import index_messages
 from messaging.store.store import Store
 from messaging.timefmt import now_us
@@ -90,11 +90,11 @@ def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict
 def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
              count: int, vocabulary: tuple[str, ...], seed: int) -> None:
     client = connect.sync_client(url)
-    scripts = Scripts(client)
-    admit_script = scripts.admit_message
+    scripts = scripts_for(client)
+    admit_script = scripts["admit_message"]
     capture = _Capture()
     store = Store(aioredis.Redis())  # never connects: its script call is captured
-    store.scripts.admit_message = capture
+    store.scripts["admit_message"] = capture
     settings = get_settings().model_copy(update={"redis_url": url})
     dispatcher = Dispatcher(DeliveryStore(client), settings)
     inbox = InboxTransport(settings)

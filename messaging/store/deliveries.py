@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.store import connect, keys
-from messaging.store.scripts import Scripts
+from messaging.store.schema import DeliveryField
+from messaging.store.scripts import scripts_for
 from messaging.timefmt import now_us
 
 SWEEP_BATCH = 500
@@ -100,7 +101,7 @@ class DeliveryStore:
 
     def __init__(self, client: connect.SyncClient) -> None:
         self.client = client
-        self.scripts = Scripts(client)
+        self.scripts = scripts_for(client)
 
     @classmethod
     def from_url(cls, url: str) -> DeliveryStore:
@@ -111,7 +112,7 @@ class DeliveryStore:
         self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool
     ) -> list[Leased]:
         """Take the dispatch lease of each free delivery; the rest are someone else's."""
-        raw = self.scripts.lease_deliveries(
+        raw = self.scripts["lease_deliveries"](
             keys=[keys.due(project_id), keys.agents(project_id)]
             + [keys.delivery(project_id, d) for d in delivery_ids],
             args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
@@ -136,11 +137,11 @@ class DeliveryStore:
             script_keys += [keys.delivery(project_id, lease.delivery_id),
                             keys.inbox(project_id, lease.agent_id),
                             keys.events(project_id, lease.agent_id)]
-        return [bool(flag) for flag in self.scripts.put_inbox(keys=script_keys, args=args)]
+        return [bool(flag) for flag in self.scripts["put_inbox"](keys=script_keys, args=args)]
 
     def mark_handed_off(self, project_id: str, lease: Leased) -> bool:
         """Mark that this lease's request is leaving; False when the lease was lost."""
-        return bool(self.scripts.mark_handed_off(
+        return bool(self.scripts["mark_handed_off"](
             keys=[keys.delivery(project_id, lease.delivery_id)], args=[str(lease.fence)]))
 
     def load_for_send(
@@ -173,15 +174,16 @@ class DeliveryStore:
             args += [str(lease.fence), result.kind, str(result.retry_at_ms), result.error,
                      "1" if result.displayed else "0", result.endpoint,
                      *latency(lease.admitted_us)]
-        return [bool(flag) for flag in self.scripts.record_outcomes(keys=script_keys, args=args)]
+        return [bool(flag) for flag in self.scripts["record_outcomes"](keys=script_keys, args=args)]
 
     def expire_lease(self, project_id: str, delivery_id: str, error_sent: str,
                      error_not_sent: str) -> str:
         """Record the outcome of a non-idempotent lease that ran out: ``unknown`` when its
         request was handed off, ``failed`` when not; "" when the lease is valid or free."""
         sender_id, admitted_us = self.client.hmget(
-            keys.delivery(project_id, delivery_id), ["sender_id", "admitted_us"])
-        outcome = self.scripts.expire_lease(
+            keys.delivery(project_id, delivery_id),
+            [DeliveryField.SENDER_ID, DeliveryField.ADMITTED_US])
+        outcome = self.scripts["expire_lease"](
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
                   keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],
             args=[str(now_ms()), str(now_us()), error_sent, str(keys.EVENTS_MAXLEN),
@@ -192,7 +194,7 @@ class DeliveryStore:
     def make_ready(self, project_id: str, transport: str,
                    delivery_ids: list[str]) -> tuple[int, str, int]:
         """Add deliveries to the project's ready set: (how many were new, its lane, ready count)."""
-        added, lane, count = self.scripts.make_ready(
+        added, lane, count = self.scripts["make_ready"](
             keys=[keys.project(project_id), keys.ready(project_id, transport),
                   keys.seq(project_id)],
             args=delivery_ids)
@@ -200,7 +202,7 @@ class DeliveryStore:
 
     def take_ready(self, project_id: str, transport: str, lane: str, count: int) -> Taken:
         """Take up to ``count`` of the project's oldest ready deliveries, if it is on ``lane``."""
-        raw = self.scripts.take_ready(
+        raw = self.scripts["take_ready"](
             keys=[keys.project(project_id), keys.ready(project_id, transport)],
             args=[lane, str(count)])
         if int(raw[0]) == 0:
@@ -223,7 +225,7 @@ class DeliveryStore:
     def ring_next(self, queue: str) -> tuple[str, int] | None:
         """Whose turn it is on a queue (the project goes to the back of the ring), and
         how many projects are in the ring; None when it is empty."""
-        turn = self.scripts.ring_next(keys=[keys.ring(queue)], args=[])
+        turn = self.scripts["ring_next"](keys=[keys.ring(queue)], args=[])
         return (str(turn[0]), int(turn[1])) if turn else None
 
     def ring_size(self, queue: str) -> int:
@@ -280,7 +282,7 @@ class DeliveryStore:
             keys.due(project_id), "-inf", now, start=0, num=SWEEP_BATCH)]
         if not dids:
             return []
-        raw = self.scripts.sweep_due(
+        raw = self.scripts["sweep_due"](
             keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in dids],
             args=[str(now), str(grace_ms), " ".join(idempotent)],
         )

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
+from messaging.store.schema import AgentField
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -47,5 +49,6 @@ class Lru(Generic[K, V]):
 
 def identity(agent: dict[str, Any], project_key: str) -> dict[str, Any]:
     """What never changes about an agent, and its project's key."""
-    return {"id": agent["id"], "name": agent["name"], "ref": agent["ref"],
-            "bound_source": agent.get("bound_source"), "project_key": project_key}
+    return {"id": agent[AgentField.ID], "name": agent[AgentField.NAME],
+            "ref": agent[AgentField.REF], "bound_source": agent.get(AgentField.BOUND_SOURCE),
+            "project_key": project_key}

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from messaging.store import connect, keys
-from messaging.store.scripts import source
+from messaging.store.scripts import scripts_for
 
 Json = dict[str, Any]
 
@@ -60,10 +60,7 @@ class Live:
 
     def __init__(self, client: connect.AsyncClient) -> None:
         self.client = client
-        self._resolve = client.register_script(source("resolve_target"))
-        self._subscribe = client.register_script(source("subscribe"))
-        self._presence = client.register_script(source("set_presence"))
-        self._claim_stream = client.register_script(source("claim_stream"))
+        self.scripts = scripts_for(client)
 
     # subscriptions
 
@@ -71,7 +68,7 @@ class Live:
         self, project_id: str, target: str, subscriber_id: str
     ) -> tuple[Json | None, str]:
         """The agent a target string reaches for this subscriber, or (None, why not)."""
-        verdict, value = await self._resolve(
+        verdict, value = await self.scripts["resolve_target"](
             keys=[keys.agents(project_id), keys.names(project_id), keys.refs(project_id)],
             args=[target, subscriber_id])
         if verdict == "ok":
@@ -87,7 +84,7 @@ class Live:
         args = {**sub, "entry": entry, "maxlen": keys.EVENTS_MAXLEN,
                 "keep_s": keys.SUBSCRIPTION_KEEP_S}
         flat = [str(v) for kv in fields.items() for v in kv]
-        raw = await self._subscribe(
+        raw = await self.scripts["subscribe"](
             keys=_shared_keys(project_id) + _notice_keys(project_id, sub["id"], entry),
             args=[json.dumps(args), *flat])
         answer: Json = json.loads(raw)
@@ -116,7 +113,7 @@ class Live:
             script_keys = _shared_keys(project_id)
             for sid in sub_ids:
                 script_keys += _notice_keys(project_id, sid, waiting[sid])
-            out = await self._presence(
+            out = await self.scripts["set_presence"](
                 keys=script_keys,
                 args=[agent_id, state, str(now_us), str(due_ms), str(keys.EVENTS_MAXLEN),
                       json.dumps(sub_ids), str(keys.SUBSCRIPTION_KEEP_S)])
@@ -158,7 +155,7 @@ class Live:
     async def claim_stream(self, project_id: str, agent_id: str, stream_id: str, now_ms: int,
                            lease_ms: int, most: int) -> bool:
         """Hold or renew one of the agent's ``most`` open-stream slots; False when all are taken."""
-        held = await self._claim_stream(keys=[keys.open_streams(project_id, agent_id)],
+        held = await self.scripts["claim_stream"](keys=[keys.open_streams(project_id, agent_id)],
                                         args=[stream_id, now_ms, lease_ms, most])
         return bool(held)
 
@@ -230,8 +227,7 @@ def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: in
         pairs.append([sid, target_id])
     if not pairs:
         return []
-    script = client.register_script(source("expire_subscriptions"))
-    flat = script(keys=script_keys,
-                  args=[str(now_us), str(now_ms), str(now_ms), str(keys.EVENTS_MAXLEN),
-                        json.dumps(pairs), str(keys.SUBSCRIPTION_KEEP_S)])
+    flat = scripts_for(client)["expire_subscriptions"](
+        keys=script_keys, args=[str(now_us), str(now_ms), str(now_ms), str(keys.EVENTS_MAXLEN),
+                                json.dumps(pairs), str(keys.SUBSCRIPTION_KEEP_S)])
     return _fired(list(flat))

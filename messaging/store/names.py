@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.store import connect, keys
-from messaging.store.scripts import source
+from messaging.store.schema import DeliveryField
+from messaging.store.scripts import scripts_for
 
 Json = dict[str, Any]
 
@@ -81,8 +82,7 @@ class Names:
 
     def __init__(self, client: connect.AsyncClient) -> None:
         self.client = client
-        self._bind = client.register_script(source("bind_name"))
-        self._end = client.register_script(source("end_name"))
+        self.scripts = scripts_for(client)
 
     async def allow(self, project_id: str, name: str, expires_ms: int, now_us: int) -> Json:
         """Authorize (or renew) a name until ``expires_ms``."""
@@ -111,7 +111,8 @@ class Names:
         dids = [str(d) for d in await self.client.zrange(keys.waiting(project_id, name), 0, -1)]
         pipe = self.client.pipeline(transaction=False)
         for did in dids:
-            pipe.hmget(keys.delivery(project_id, did), "message_id", "sender_id")
+            pipe.hmget(keys.delivery(project_id, did), DeliveryField.MESSAGE_ID,
+                   DeliveryField.SENDER_ID)
         return _rows(dids, await pipe.execute() if dids else [])
 
     async def bind(self, project_id: str, name: str, now_us: int, due_ms: int) -> list[Bound]:
@@ -119,7 +120,7 @@ class Names:
         for _ in range(SETTLE_ATTEMPTS):
             rows = await self._read(project_id, name)
             script_keys, args = _bind_call(project_id, name, rows, now_us, due_ms)
-            out = await self._bind(keys=script_keys, args=args)
+            out = await self.scripts["bind_name"](keys=script_keys, args=args)
             if out[0] == "ok":
                 return _bound(out)
             if out[0] == "unregistered":
@@ -131,7 +132,7 @@ class Names:
         for _ in range(SETTLE_ATTEMPTS):
             rows = await self._read(project_id, name)
             script_keys, args = _end_call(project_id, name, rows, "deleted", now_us)
-            out = await self._end(keys=script_keys, args=args)
+            out = await self.scripts["end_name"](keys=script_keys, args=args)
             if out[0] != "retry":
                 return str(out[0])
         raise RuntimeError("deleting the name kept racing new sends; try again")
@@ -143,7 +144,8 @@ def _read_sync(
     dids = [str(d) for d in client.zrange(keys.waiting(project_id, name), 0, -1)]
     pipe = client.pipeline(transaction=False)
     for did in dids:
-        pipe.hmget(keys.delivery(project_id, did), "message_id", "sender_id")
+        pipe.hmget(keys.delivery(project_id, did), DeliveryField.MESSAGE_ID,
+                   DeliveryField.SENDER_ID)
     return _rows(dids, pipe.execute() if dids else [])
 
 
@@ -159,17 +161,16 @@ def expire_names(
                                  start=0, num=EXPIRE_BATCH)
     if not names:
         return []
-    bind = client.register_script(source("bind_name"))
-    end = client.register_script(source("end_name"))
+    scripts = scripts_for(client)
     bound: list[Bound] = []
     for name in (str(n) for n in names):
         for _ in range(SETTLE_ATTEMPTS):
             rows = _read_sync(client, project_id, name)
             script_keys, args = _end_call(project_id, name, rows, "expired", now_us)
-            out = end(keys=script_keys, args=args)
+            out = scripts["end_name"](keys=script_keys, args=args)
             if out[0] == "registered":
                 script_keys, args = _bind_call(project_id, name, rows, now_us, due_ms)
-                out = bind(keys=script_keys, args=args)
+                out = scripts["bind_name"](keys=script_keys, args=args)
                 bound += _bound(out) if out[0] == "ok" else []
             if out[0] != "retry":
                 break

@@ -18,8 +18,8 @@ from redis.lock import Lock
 
 from messaging.store import keys
 from messaging.store.connect import SyncClient
-from messaging.store.schema import senders, unpack_message
-from messaging.store.scripts import source
+from messaging.store.schema import DeliveryField, MessageField, senders, unpack_message
+from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import unindex_messages
 
 Json = dict[str, Any]
@@ -48,13 +48,14 @@ def final(delivery: Json) -> bool:
     """
     if delivery.get("declined_us"):
         return True
-    leased = delivery.get("lease_until_ms") not in (None, "", "0")
-    return bool(delivery.get("outcome")) and delivery.get("redrive") != "1" and not leased
+    leased = delivery.get(DeliveryField.LEASE_UNTIL_MS) not in (None, "", "0")
+    redriven = delivery.get(DeliveryField.REDRIVE) == "1"
+    return bool(delivery.get(DeliveryField.OUTCOME)) and not redriven and not leased
 
 
 def newest_us(stored: Stored) -> int:
     """The newest activity of a message: its admission, any ``*_us`` time of a delivery."""
-    times = [int(stored.record["created_us"])] if stored.record else [0]
+    times = [int(stored.record[MessageField.CREATED_US])] if stored.record else [0]
     for d in stored.deliveries:
         times += [int(v) for k, v in d.items() if k.endswith(US_SUFFIX) and str(v).isdigit()]
     return max(times)
@@ -77,8 +78,8 @@ def _tombstones(stored: Stored, day: str) -> tuple[str, list[str]]:
     subagent it came via) sees them all, each recipient its own unless the message
     was withheld from it (declined: it never saw it)."""
     record = stored.record or {}
-    sent_by = sorted(senders(unpack_message(record["json"]))) if record else []
-    withheld = set(json.loads(record.get("withheld") or "[]"))
+    sent_by = sorted(senders(unpack_message(record[MessageField.JSON]))) if record else []
+    withheld = set(json.loads(record.get(MessageField.WITHHELD) or "[]"))
     seen_by = [a for _, a in stored.pairs if a not in withheld]
     return (tombstone(day, [*sent_by, *seen_by]),
             [tombstone(day, sent_by + ([a] if a in seen_by else [])) for _, a in stored.pairs])
@@ -115,8 +116,7 @@ class RetentionStore:
 
     def __init__(self, client: SyncClient) -> None:
         self.client = client
-        self._remove = client.register_script(source("remove_messages"))
-        self._prune_words = client.register_script(source("prune_words"))
+        self.scripts = scripts_for(client)
 
     def lock(self, project_id: str) -> Lock:
         """The project's retention lock (not yet taken)."""
@@ -135,7 +135,7 @@ class RetentionStore:
         for mid in message_ids:
             pipe.hgetall(keys.message(project_id, mid))
         records = [dict(r) if r else None for r in pipe.execute()]
-        pairs = [[(str(d), str(a)) for d, a in json.loads(r["deliveries"])] if r else []
+        pairs = [[(str(d), str(a)) for d, a in json.loads(r[MessageField.DELIVERIES])] if r else []
                  for r in records]
         for delivery_ids in pairs:
             for did, _ in delivery_ids:
@@ -168,7 +168,7 @@ class RetentionStore:
                                       archived_buckets(now_ms / 1000, retention_s)[0])]
         layout = []
         for stored, day in doomed:
-            msg = unpack_message(stored.record["json"]) if stored.record else {}
+            msg = unpack_message(stored.record[MessageField.JSON]) if stored.record else {}
             streams = sorted(({msg.get("sender_id", "")} | {a for _, a in stored.pairs}) - {""})
             script_keys += [keys.message(project_id, stored.message_id),
                             keys.thread(project_id, msg.get("thread_id", stored.message_id))]
@@ -180,13 +180,14 @@ class RetentionStore:
                            delivery_tombs])
         args = {"cutoff_us": str(cutoff_us), "now_ms": now_ms,
                 "archived_ttl_s": archived_ttl_s(retention_s), "messages": layout}
-        removed = [str(m) for m in self._remove(keys=script_keys, args=[json.dumps(args)])]
+        out = self.scripts["remove_messages"](keys=script_keys, args=[json.dumps(args)])
+        removed = [str(m) for m in out]
         # Off the search index too, and their words that nothing stored carries now.
         gone = []
         for stored, _ in doomed:
             if stored.message_id in removed and stored.record:
-                msg = unpack_message(stored.record["json"])
+                msg = unpack_message(stored.record[MessageField.JSON])
                 gone.append((stored.message_id, msg, [*senders(msg),
                                                       *(a for _, a in stored.pairs)]))
-        unindex_messages(self.client, self._prune_words, project_id, gone)
+        unindex_messages(self.client, self.scripts["prune_words"], project_id, gone)
         return removed

@@ -73,6 +73,8 @@ class DeliveryField(StrEnum):
     OUTCOME = "outcome"  # accepted | rejected | failed | unknown
     ERROR = "error"  # why it ended without an attempt (expired name, declined)
     FENCE = "fence"
+    # The fence of the lease whose request was handed to the receiver (mark_handed_off).
+    HANDED_OFF_FENCE = "handed_off_fence"
     LEASE_UNTIL_MS = "lease_until_ms"
     RETRY_AT_MS = "retry_at_ms"
     ATTEMPTS = "attempts"  # JSON [{n, started_us, ended_us?, outcome?, error?}]
@@ -85,6 +87,12 @@ class DeliveryField(StrEnum):
     ROUND_BASE = "round_base"
     READ_US = "read_us"
     ACK_US = "ack_us"
+    # When it reached each stage (the latest attempt's, for the dispatch stages).
+    ADMITTED_US = "admitted_us"
+    TARGET_SELECTED_US = "target_selected_us"
+    DISPATCH_STARTED_US = "dispatch_started_us"
+    PROVIDER_RESULT_RECORDED_US = "provider_result_recorded_us"
+    DELIVERY_OBSERVED_US = "delivery_observed_us"
 
 
 class Target(StrEnum):

@@ -1,22 +1,29 @@
-"""The Lua scripts beside this module, each read once and run by EVALSHA.
+"""The Lua scripts beside this module, each registered once per client and run by EVALSHA.
 
-A script may open with ``-- uses: lib_a, lib_b``: the text of those shared
-files (functions only) is put before its own, so shared logic lives once.
+Every ``lua/*.lua`` is an operation, found by glob and registered when a client's
+registry is first built; ``lua/*_lib.lua`` are shared libraries. A script may open
+with ``-- uses: a_lib, b_lib``: the text of those libraries (functions only) is put
+before its own, so shared logic lives once. Run one by name::
+
+    scripts_for(client)["admit_message"](keys=[...], args=[...])
 """
 
 from __future__ import annotations
 
 import re
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 USES_RE = re.compile(r"^-- uses: (?P<libs>[\w, ]+)$", re.MULTILINE)
+LUA_DIR = Path(__file__).with_name("lua")
+LIB_SUFFIX = "_lib"
 
 
 @cache
 def _text(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+    return (LUA_DIR / f"{name}.lua").read_text()
 
 
 def _libs(name: str, seen: list[str]) -> None:
@@ -36,31 +43,26 @@ def source(name: str) -> str:
     return "\n".join([*(_text(lib) for lib in libs), _text(name)])
 
 
-class Scripts:
-    """Every script, registered on one client (sync or asyncio alike)."""
+@cache
+def names() -> tuple[str, ...]:
+    """Every operation script in ``lua/`` (libraries left out), by glob."""
+    return tuple(sorted(path.stem for path in LUA_DIR.glob("*.lua")
+                        if not path.stem.endswith(LIB_SUFFIX)))
+
+
+class Scripts(dict[str, Any]):
+    """Every operation script, registered on one client (sync or asyncio alike), by name."""
 
     def __init__(self, client: Any) -> None:
-        def load(name: str) -> Any:
-            return client.register_script(source(name))
+        super().__init__((name, client.register_script(source(name))) for name in names())
 
-        self.admit_message = load("admit_message")
-        self.register_agent = load("register_agent")
-        self.update_agent = load("update_agent")
-        self.change_token = load("change_token")
-        self.lease_deliveries = load("lease_deliveries")
-        self.put_inbox = load("put_inbox")
-        self.make_ready = load("make_ready")
-        self.take_ready = load("take_ready")
-        self.ring_next = load("ring_next")
-        self.mark_handed_off = load("mark_handed_off")
-        self.observe_deliveries = load("observe_deliveries")
-        self.sweep_due = load("sweep_due")
-        self.mark_message = load("mark_message")
-        self.record_outcomes = load("record_outcomes")
-        self.expire_lease = load("expire_lease")
-        self.redrive = load("redrive")
-        self.search_page = load("search_page")
-        self.index_message = load("index_message")
-        self.trim_index_queue = load("trim_index_queue")
-        self.release_held = load("release_held")
-        self.replace_project_token = load("replace_project_token")
+
+_REGISTRIES: WeakKeyDictionary[Any, Scripts] = WeakKeyDictionary()
+
+
+def scripts_for(client: Any) -> Scripts:
+    """The registry of ``client``, built the first time it is asked for."""
+    registry = _REGISTRIES.get(client)
+    if registry is None:
+        registry = _REGISTRIES[client] = Scripts(client)
+    return registry

@@ -26,7 +26,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, filter_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
-from messaging.store.schema import unpack_message
+from messaging.store.schema import MessageField, unpack_message
 from messaging.store.scripts import Scripts
 
 PROJECT_VIEWER = "project"
@@ -74,7 +74,8 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
     read = client.pipeline(transaction=False)
     mids = list(viewers_by_message)
     for mid in mids:
-        read.hmget(keys.message(project_id, mid), ["json", "created_us", "seq"])
+        read.hmget(keys.message(project_id, mid),
+                   [MessageField.JSON, MessageField.CREATED_US, MessageField.SEQ])
     postings: dict[str, list[Any]] = {}  # key: score, id, score, id, ...
     words: dict[str, None] = {}
     found = 0
@@ -95,7 +96,7 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
         args: list[Any] = [len(postings)]
         for entries in postings.values():
             args += [len(entries) // 2, *entries]
-        scripts.index_message(
+        scripts["index_message"](
             keys=[*postings, *([keys.search_words(project_id)] if words else [])],
             args=[*args, *words])
     return found
@@ -145,7 +146,7 @@ def index_queued(client: SyncClient, scripts: Scripts, project_id: str,
         _, message_id, *agents = entry.split(" ")
         viewers.setdefault(message_id, set()).update(agents)
     index_messages(client, scripts, project_id, viewers)
-    scripts.trim_index_queue(keys=[keys.search_queue(project_id)], args=entries)
+    scripts["trim_index_queue"](keys=[keys.search_queue(project_id)], args=entries)
 
 
 def settle_queue(client: SyncClient, project_id: str) -> None:
@@ -251,7 +252,7 @@ class SearchIndex:
         postings = [key for g in found_in for key in g]
         args = {"sizes": [len(g) for g in found_in], "hi": hi, "lo": lo, "limit": limit,
                 "scan_max": SCAN_MAX, "batch": SCAN_BATCH}
-        answer = json.loads(await self.scripts.search_page(keys=postings,
+        answer = json.loads(await self.scripts["search_page"](keys=postings,
                                                            args=[json.dumps(args)]))
         found = answer["ids"] if isinstance(answer["ids"], list) else []  # cjson: {} is []
         return SearchPage([str(m) for m in found], answer["next"] or None)

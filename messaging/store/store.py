@@ -16,7 +16,8 @@ from messaging.store.deliveries import joining_turns
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
-from messaging.store.scripts import Scripts
+from messaging.store.schema import AgentField, DeliveryField
+from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
 
 IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
@@ -40,7 +41,7 @@ class Store:
         self.client = client
         # Blocking reads (event streams) wait on connections of their own, never the API's.
         self.waits = waits or client
-        self.scripts = Scripts(client)
+        self.scripts = scripts_for(client)
         self.scopes: Lru[str, tuple[float, Json]] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
@@ -116,7 +117,7 @@ class Store:
     async def _change_token(self, project_id: str, agent_id: str, change: str,
                             token_hash: str = "") -> tuple[str, Json | None]:
         """Run ``change_token.lua``: (outcome, the agent after it or None)."""
-        outcome, old, raw = await self.scripts.change_token(
+        outcome, old, raw = await self.scripts["change_token"](
             keys=[keys.agents(project_id), keys.agent_token(project_id, agent_id)],
             args=[agent_id, change, token_hash])
         if str(old) != token_hash:
@@ -160,7 +161,7 @@ class Store:
         # The token's scope first: the moment the swap makes it live, it works.
         await self.client.hset(keys.token(token_hash),
                                mapping={"kind": "project", "project_id": project_id})
-        old = await self.scripts.replace_project_token(keys=[keys.project(project_id)],
+        old = await self.scripts["replace_project_token"](keys=[keys.project(project_id)],
                                                        args=[token_hash])
         if old is None:
             await self.client.delete(keys.token(token_hash))
@@ -248,13 +249,14 @@ class Store:
             keys.token(token_hash),
             mapping={"kind": "agent", "project_id": pid, "agent_id": agent["id"]},
         )
-        await self.client.set(keys.agent_token(pid, agent["id"]), token_hash)
+        await self.client.set(keys.agent_token(pid, agent[AgentField.ID]), token_hash)
         for _ in range(REF_ATTEMPTS):
-            agent["ref"] = ids.new_ref()
+            agent[AgentField.REF] = ids.new_ref()
             try:
-                done = await self.scripts.register_agent(
+                done = await self.scripts["register_agent"](
                     keys=[keys.agents(pid), keys.names(pid), keys.refs(pid)],
-                    args=[agent["id"], agent["name"], agent["ref"], json.dumps(agent)],
+                    args=[agent[AgentField.ID], agent[AgentField.NAME], agent[AgentField.REF],
+                          json.dumps(agent)],
                 )
             except redis.exceptions.OutOfMemoryError:
                 await self.client.delete(keys.token(token_hash))  # no token without its agent
@@ -262,12 +264,12 @@ class Store:
             if done:
                 return agent
         await self.client.delete(keys.token(token_hash))
-        await self.client.delete(keys.agent_token(pid, agent["id"]))
+        await self.client.delete(keys.agent_token(pid, agent[AgentField.ID]))
         raise RuntimeError("no free agent ref after several tries")
 
     async def add_agent_record(self, project_id: str, agent: Json) -> bool:
         """Store an agent record without token or ref (the human) unless there is one."""
-        return bool(await self.client.hsetnx(keys.agents(project_id), agent["id"],
+        return bool(await self.client.hsetnx(keys.agents(project_id), agent[AgentField.ID],
                                              json.dumps(agent)))
 
     async def get_agent(self, project_id: str, agent_id: str) -> Json | None:
@@ -288,7 +290,7 @@ class Store:
         self, project_id: str, agent_id: str, fields: Json, touch_us: int | None
     ) -> Json | None:
         """Set fields of an agent, move its activity forward; None when missing."""
-        raw = await self.scripts.update_agent(
+        raw = await self.scripts["update_agent"](
             keys=[keys.agents(project_id)],
             args=[agent_id, json.dumps(fields), "" if touch_us is None else str(touch_us)],
         )
@@ -336,7 +338,7 @@ class Store:
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
-        raw = await self.scripts.admit_message(
+        raw = await self.scripts["admit_message"](
             keys=script_keys, args=[orjson.dumps(args), message_json]
         )
         answer: Json = orjson.loads(raw)
@@ -391,7 +393,7 @@ class Store:
             script_keys += [keys.delivery(project_id, delivery_id),
                             keys.events(project_id, sender_id)]
         return int(
-            await self.scripts.observe_deliveries(
+            await self.scripts["observe_deliveries"](
                 keys=script_keys,
                 args=[agent_id, str(now_us), str(keys.EVENTS_MAXLEN), "1" if confirmed else "0"]
             )
@@ -399,7 +401,7 @@ class Store:
 
     async def redrive(self, project_id: str, delivery_id: str, now_ms: int) -> str:
         """Ask for a new attempt; "ok" or why not ("missing", "accepted", "in_flight")."""
-        return str(await self.scripts.redrive(
+        return str(await self.scripts["redrive"](
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id)],
             args=[str(now_ms)],
         ))
@@ -408,7 +410,7 @@ class Store:
                          delivery_ids: list[str]) -> tuple[int, str, int]:
         """Add deliveries to the project's ready set: (how many were new, its lane,
         ready count); see ``DeliveryStore.make_ready``."""
-        added, lane, count = await self.scripts.make_ready(
+        added, lane, count = await self.scripts["make_ready"](
             keys=[keys.project(project_id), keys.ready(project_id, transport),
                   keys.seq(project_id)],
             args=delivery_ids)
@@ -433,7 +435,7 @@ class Store:
 
     async def mark(self, project_id: str, delivery_id: str, kind: str, now_us: int) -> list[str]:
         """Set read (or ack and read) once; returns [read_us, ack_us]."""
-        out = await self.scripts.mark_message(
+        out = await self.scripts["mark_message"](
             keys=[keys.delivery(project_id, delivery_id)], args=[kind, str(now_us)]
         )
         return [str(v) for v in out]
@@ -448,10 +450,11 @@ class Store:
         self, project_id: str, delivery: Json, mode: str, now: int, due_ms: int, error: str
     ) -> list[str]:
         """Release or decline one held delivery; the script's answer."""
-        out = await self.scripts.release_held(
+        out = await self.scripts["release_held"](
             keys=[keys.held(project_id), keys.due(project_id),
-                  keys.delivery(project_id, delivery["id"]),
-                  keys.message(project_id, delivery["message_id"]),
-                  keys.events(project_id, delivery["sender_id"]), keys.stats(project_id)],
+                  keys.delivery(project_id, delivery[DeliveryField.ID]),
+                  keys.message(project_id, delivery[DeliveryField.MESSAGE_ID]),
+                  keys.events(project_id, delivery[DeliveryField.SENDER_ID]),
+                  keys.stats(project_id)],
             args=[mode, str(now), str(due_ms), error, str(keys.EVENTS_MAXLEN)])
         return [str(v) for v in out]

@@ -1,6 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
--- uses: records, resolve_lib, ready_lib
+-- uses: records_lib, resolve_lib, ready_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids
@@ -53,10 +53,37 @@
 --   {"status":"recipients","failures":[{"to","reason"}]}
 --   {"status":"quiet_not_allowed"}
 
-local a = cjson.decode(ARGV[1])
+local agents_key = KEYS[1]
+local names_key = KEYS[2]
+local refs_key = KEYS[3]
+local seq_key = KEYS[4]
+local msg = KEYS[5]
+local thread_key = KEYS[6]
+local due_key = KEYS[7]
+local idem_key = KEYS[8]
+local allowed_key = KEYS[9]
+local held_key = KEYS[10]
+local project_key = KEYS[11]
+local args_json = ARGV[1]
+local rest = ARGV[2]
+
+local a = cjson.decode(args_json)
+local search_queue_key = KEYS[#KEYS - 1]
+local retention_key = KEYS[#KEYS]
+local ready_key = {}
+for i, kind in ipairs(a.ready_kinds) do
+  ready_key[kind] = KEYS[11 + i]
+end
+-- Recipient string i's pair of keys: a dlv hash (used in order by the
+-- targets) and the name's waiting zset.
+local fixed = 11 + #a.ready_kinds
+local recipient_keys = {}
+for i = 1, #a.recipients do
+  recipient_keys[i] = {dlv = KEYS[fixed + 2 * i - 1], waiting = KEYS[fixed + 2 * i]}
+end
 
 if a.idem_fp ~= "" then
-  local rec = redis.call("GET", KEYS[8])
+  local rec = redis.call("GET", idem_key)
   if rec then
     local r = cjson.decode(rec)
     if r.fp == a.idem_fp then
@@ -67,17 +94,14 @@ if a.idem_fp ~= "" then
   end
 end
 
-local sender_raw = redis.call("HGET", KEYS[1], a.sender_id)
+local sender_raw = redis.call("HGET", agents_key, a.sender_id)
 if not sender_raw then
   return cjson.encode({status = "sender_gone"})
 end
 local sender = cjson.decode(sender_raw)
 local now = a.now_us
-local ctx = {agents = KEYS[1], names = KEYS[2], refs = KEYS[3], allowed = KEYS[9],
+local ctx = {agents = agents_key, names = names_key, refs = refs_key, allowed = allowed_key,
   sender = sender, now_ms = string.format("%d", math.floor(tonumber(now) / 1000))}
-
--- recipient string i's pair of keys: KEYS[fixed + 2i - 1] and KEYS[fixed + 2i]
-local fixed = 11 + #a.ready_kinds
 
 -- targets in order of first mention: {agent} or {pending = name, auth, waiting}
 local failures, targets, seen, resolved = {}, {}, {}, {}
@@ -93,7 +117,7 @@ for i, r in ipairs(a.recipients) do
     resolved[r.s] = ""
     if not seen["\0" .. r.s] then
       seen["\0" .. r.s] = true
-      table.insert(targets, {pending = r.s, auth = auth, waiting = KEYS[fixed + 2 * i]})
+      table.insert(targets, {pending = r.s, auth = auth, waiting = recipient_keys[i].waiting})
     end
   else
     table.insert(failures, {to = r.s, reason = err})
@@ -137,19 +161,14 @@ end
 local from_id = author.id
 local head_json = cjson.encode(head)
 
-local ready_key = {}
-for i, kind in ipairs(a.ready_kinds) do
-  ready_key[kind] = KEYS[11 + i]
-end
-
-local s = redis.call("INCR", KEYS[4])
+local s = redis.call("INCR", seq_key)
 local observations, deliveries, withheld, added = {}, {}, {}, {}
 local unseen = head.via ~= nil -- no delivery indexes this send for its sender yet
 for i, t in ipairs(targets) do
   local did = a.delivery_ids[i]
-  local key = KEYS[fixed + 2 * i - 1]
+  local dlv = recipient_keys[i].dlv
   if t.pending then
-    write_delivery(key, {id = did, message_id = a.message_id, agent_id = "",
+    write_delivery(dlv, {id = did, message_id = a.message_id, agent_id = "",
       sender_id = from_id, recipient = t.pending, transport = "", policy = policy,
       stage = "admitted", target = "pending", held = false, now_us = now})
     redis.call("ZADD", t.waiting, s, did)
@@ -163,19 +182,19 @@ for i, t in ipairs(targets) do
     local label = agent_label(ag)
     -- the human releases held mail: their own is never held
     local held = ag.inbound == "hold" and ag.id ~= from_id and from_id ~= "human"
-    write_delivery(key, {id = did, message_id = a.message_id, agent_id = ag.id,
+    write_delivery(dlv, {id = did, message_id = a.message_id, agent_id = ag.id,
       sender_id = from_id, recipient = label, transport = ag.transport.kind,
       policy = policy, stage = "target_selected", target = "pinned", held = held,
       now_us = now})
     if held then
-      redis.call("ZADD", KEYS[10], s, did)
+      redis.call("ZADD", held_key, s, did)
       table.insert(withheld, ag.id)
       unseen = true
     else
-      redis.call("ZADD", KEYS[7], a.due_ms, did)
+      redis.call("ZADD", due_key, a.due_ms, did)
       local kind = ag.transport.kind
       if ready_key[kind] then
-        added[kind] = (added[kind] or 0) + ready_delivery(ready_key[kind], KEYS[4], did)
+        added[kind] = (added[kind] or 0) + ready_delivery(ready_key[kind], seq_key, did)
       end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,
@@ -185,40 +204,39 @@ for i, t in ipairs(targets) do
   end
 end
 
-local rest = ARGV[2]
-redis.call("HSET", KEYS[5], "json", string.sub(head_json, 1, -2) .. "," .. string.sub(rest, 2),
+redis.call("HSET", msg, "json", string.sub(head_json, 1, -2) .. "," .. string.sub(rest, 2),
   "created_us", now, "seq", s,
   "policy", policy, "deliveries", cjson.encode(deliveries))
 if #withheld > 0 then
-  redis.call("HSET", KEYS[5], "withheld", cjson.encode(withheld))
+  redis.call("HSET", msg, "withheld", cjson.encode(withheld))
 end
 if a.has_bcc then
   -- which recipient string is which agent: only bcc views need it
-  redis.call("HSET", KEYS[5], "resolved", cjson.encode(resolved))
+  redis.call("HSET", msg, "resolved", cjson.encode(resolved))
 end
-redis.call("ZADD", KEYS[#KEYS], string.format("%d", math.floor(tonumber(now) / 1000)),
+redis.call("ZADD", retention_key, string.format("%d", math.floor(tonumber(now) / 1000)),
   a.message_id)
 if unseen then
   -- entry: "<ms> <message id> <agent id>...": the agents that see it (searchindex.py)
   local entry = ctx.now_ms .. " " .. a.message_id .. " " .. from_id
   if head.via_id then entry = entry .. " " .. head.via_id end
-  redis.call("RPUSH", KEYS[#KEYS - 1], entry)
+  redis.call("RPUSH", search_queue_key, entry)
 end
 if a.thread_id ~= a.message_id then
   -- a thread that this message starts needs no set until a second one joins
-  redis.call("ZADD", KEYS[6], s, a.message_id)
+  redis.call("ZADD", thread_key, s, a.message_id)
 end
 
 -- a send is use: it counts for resolution and for the agent list
 if tonumber(now) > used_us(sender) or tonumber(now) > tonumber(sender.last_active_us) then
   if tonumber(now) > tonumber(sender.last_active_us) then sender.last_active_us = now end
   if tonumber(now) > used_us(sender) then sender.used_us = now end
-  redis.call("HSET", KEYS[1], a.sender_id, cjson.encode(sender))
+  redis.call("HSET", agents_key, a.sender_id, cjson.encode(sender))
 end
 
 if a.idem_fp ~= "" then
   -- the observations as they were at admission: what a replay answers
-  redis.call("SET", KEYS[8], cjson.encode({fp = a.idem_fp, message_id = a.message_id,
+  redis.call("SET", idem_key, cjson.encode({fp = a.idem_fp, message_id = a.message_id,
     observations = observations}), "EX", a.idem_ttl_s)
 end
 
@@ -227,5 +245,5 @@ for kind, n in pairs(added) do
   ready[kind] = {n, redis.call("ZCARD", ready_key[kind])}
 end
 return cjson.encode({status = "ok", policy = policy, observations = observations,
-  created_us = now, lane = redis.call("HGET", KEYS[11], "lane") or "", ready = ready,
+  created_us = now, lane = redis.call("HGET", project_key, "lane") or "", ready = ready,
   sender = head_json})

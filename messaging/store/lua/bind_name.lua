@@ -3,7 +3,7 @@
 -- (resolve_lib, with each sender's scope), stamp `target_selected`, pin it,
 -- and put it in the outbox (or hold it, for an agent that holds its mail).
 -- The name's authorization ends: from now on sends resolve the name itself.
--- uses: records, resolve_lib
+-- uses: records_lib, resolve_lib
 --
 -- KEYS[1]  agents       hash  agent_id -> agent JSON
 -- KEYS[2]  names        hash  name -> JSON list of agent ids
@@ -26,24 +26,40 @@
 -- {"retry"} when a delivery the caller did not read is waiting (nothing
 -- written), else {"ok", then per delivery put in the outbox: id, transport}.
 
-local a = cjson.decode(ARGV[1])
-if redis.call("HEXISTS", KEYS[2], a.name) == 0 then return {"unregistered"} end
+local agents_key = KEYS[1]
+local names_key = KEYS[2]
+local refs_key = KEYS[3]
+local allowed_key = KEYS[4]
+local allowed_due_key = KEYS[5]
+local waiting_key = KEYS[6]
+local due_key = KEYS[7]
+local held_key = KEYS[8]
+local stats_key = KEYS[9]
+local args_json = ARGV[1]
+
+local a = cjson.decode(args_json)
+-- Each waiting delivery's keys, by name.
+local waiting_keys = {}
+for i = 1, #a.ids do
+  waiting_keys[i] = {dlv = KEYS[7 + 3 * i], msg = KEYS[8 + 3 * i], events = KEYS[9 + 3 * i]}
+end
+if redis.call("HEXISTS", names_key, a.name) == 0 then return {"unregistered"} end
 local given = {}
 for _, did in ipairs(a.ids) do given[did] = true end
-for _, did in ipairs(redis.call("ZRANGE", KEYS[6], 0, -1)) do
+for _, did in ipairs(redis.call("ZRANGE", waiting_key, 0, -1)) do
   if not given[did] then return {"retry"} end
 end
-redis.call("HDEL", KEYS[4], a.name)
-redis.call("ZREM", KEYS[5], a.name)
+redis.call("HDEL", allowed_key, a.name)
+redis.call("ZREM", allowed_due_key, a.name)
 
 local out = {"ok"}
 for i, did in ipairs(a.ids) do
-  local dlv, msg, events = KEYS[7 + 3 * i], KEYS[8 + 3 * i], KEYS[9 + 3 * i]
+  local dlv, msg, events = waiting_keys[i].dlv, waiting_keys[i].msg, waiting_keys[i].events
   local d = redis.call("HMGET", dlv, "target", "sender_id", "message_id", "outcome")
-  redis.call("ZREM", KEYS[6], did)
+  redis.call("ZREM", waiting_key, did)
   if d[1] == "pending" and not d[4] then
-    local ctx = {agents = KEYS[1], names = KEYS[2], refs = KEYS[3], allowed = nil,
-      sender = load_agent({agents = KEYS[1]}, d[2]), now_ms = "0"}
+    local ctx = {agents = agents_key, names = names_key, refs = refs_key, allowed = nil,
+      sender = load_agent({agents = agents_key}, d[2]), now_ms = "0"}
     local ag, err = resolve_recipient(ctx, a.name)
     local event = {delivery_id = did, message_id = d[3]}
     if ag then
@@ -68,9 +84,9 @@ for i, did in ipairs(a.ids) do
         if m[3] then withheld = cjson.decode(m[3]) end
         table.insert(withheld, ag.id)
         redis.call("HSET", msg, "withheld", cjson.encode(withheld))
-        redis.call("ZADD", KEYS[8], redis.call("HGET", msg, "seq"), did)
+        redis.call("ZADD", held_key, redis.call("HGET", msg, "seq"), did)
       else
-        redis.call("ZADD", KEYS[7], a.due_ms, did)
+        redis.call("ZADD", due_key, a.due_ms, did)
         table.insert(out, did)
         table.insert(out, ag.transport.kind)
       end
@@ -80,7 +96,7 @@ for i, did in ipairs(a.ids) do
       local why = "the name " .. a.name .. " reaches no agent that takes mail (" .. err .. ")"
       redis.call("HSET", dlv, "stage", "provider_result_recorded", "outcome", "failed",
         "error", why, "provider_result_recorded_us", a.now_us)
-      redis.call("HINCRBY", KEYS[9], "outcome:failed", 1)
+      redis.call("HINCRBY", stats_key, "outcome:failed", 1)
       event.recipient, event.stage, event.outcome, event.error = a.name,
         "provider_result_recorded", "failed", why
       event.target = "pending"

@@ -12,20 +12,26 @@
 -- Returns {outcome, old token hash or "", agent JSON}: outcome "ok", "inactive"
 -- (rotate of a retired or closed agent: nothing changed) or "missing".
 
-local raw = redis.call("HGET", KEYS[1], ARGV[1])
+local agents_key = KEYS[1]
+local token_key = KEYS[2]
+local agent_id = ARGV[1]
+local action = ARGV[2]
+local new_token_hash = ARGV[3]
+
+local raw = redis.call("HGET", agents_key, agent_id)
 if not raw then return {"missing", "", ""} end
 local agent = cjson.decode(raw)
-if ARGV[2] == "rotate" then
+if action == "rotate" then
   if agent.status ~= "active" then return {"inactive", "", raw} end
-  local old = redis.call("SET", KEYS[2], ARGV[3], "GET")
+  local old = redis.call("SET", token_key, new_token_hash, "GET")
   return {"ok", old or "", raw}
 end
 -- closed is final: retiring a closed agent leaves it closed
-if not (agent.status == "closed" and ARGV[2] == "retired") then
-  agent.status = ARGV[2]
+if not (agent.status == "closed" and action == "retired") then
+  agent.status = action
   raw = cjson.encode(agent)
-  redis.call("HSET", KEYS[1], ARGV[1], raw)
+  redis.call("HSET", agents_key, agent_id, raw)
 end
-local old = redis.call("GET", KEYS[2])
-redis.call("DEL", KEYS[2])
+local old = redis.call("GET", token_key)
+redis.call("DEL", token_key)
 return {"ok", old or "", raw}

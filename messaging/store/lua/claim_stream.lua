@@ -9,12 +9,18 @@
 --
 -- Returns 1 when the stream holds a slot until now + lease, 0 when all are taken.
 
-local now = tonumber(ARGV[2])
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-if not redis.call("ZSCORE", KEYS[1], ARGV[1])
-    and redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[4]) then
+local open_key = KEYS[1]
+local stream_id = ARGV[1]
+local now_ms = ARGV[2]
+local lease_ms = ARGV[3]
+local most_open = ARGV[4]
+
+local now = tonumber(now_ms)
+redis.call("ZREMRANGEBYSCORE", open_key, "-inf", now)
+if not redis.call("ZSCORE", open_key, stream_id)
+    and redis.call("ZCARD", open_key) >= tonumber(most_open) then
   return 0
 end
-redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call("PEXPIRE", KEYS[1], tonumber(ARGV[3]))
+redis.call("ZADD", open_key, now + tonumber(lease_ms), stream_id)
+redis.call("PEXPIRE", open_key, tonumber(lease_ms))
 return 1

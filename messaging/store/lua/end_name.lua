@@ -19,29 +19,41 @@
 -- the name: bind instead), {"retry"} (a delivery the caller did not read is
 -- waiting), all writing nothing; else {"ok", number of deliveries ended}.
 
-local a = cjson.decode(ARGV[1])
-local auth = redis.call("HGET", KEYS[2], a.name)
-if redis.call("HEXISTS", KEYS[1], a.name) == 1 then return {"registered"} end
+local names_key = KEYS[1]
+local allowed_key = KEYS[2]
+local allowed_due_key = KEYS[3]
+local waiting_key = KEYS[4]
+local stats_key = KEYS[5]
+local args_json = ARGV[1]
+
+local a = cjson.decode(args_json)
+-- Each waiting delivery's keys, by name.
+local waiting_keys = {}
+for i = 1, #a.ids do
+  waiting_keys[i] = {dlv = KEYS[4 + 2 * i], events = KEYS[5 + 2 * i]}
+end
+local auth = redis.call("HGET", allowed_key, a.name)
+if redis.call("HEXISTS", names_key, a.name) == 1 then return {"registered"} end
 if a.mode == "expired" and auth
     and tonumber(cjson.decode(auth).expires_ms) > tonumber(a.now_ms) then
   return {"extended"}
 end
 local given = {}
 for _, did in ipairs(a.ids) do given[did] = true end
-local waiting = redis.call("ZRANGE", KEYS[4], 0, -1)
+local waiting = redis.call("ZRANGE", waiting_key, 0, -1)
 for _, did in ipairs(waiting) do
   if not given[did] then return {"retry"} end
 end
 if not auth and #waiting == 0 then
-  redis.call("ZREM", KEYS[3], a.name)
+  redis.call("ZREM", allowed_due_key, a.name)
   return {"missing"}
 end
-redis.call("HDEL", KEYS[2], a.name)
-redis.call("ZREM", KEYS[3], a.name)
+redis.call("HDEL", allowed_key, a.name)
+redis.call("ZREM", allowed_due_key, a.name)
 local n = 0
 for i, did in ipairs(a.ids) do
-  local dlv, events = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
-  redis.call("ZREM", KEYS[4], did)
+  local dlv, events = waiting_keys[i].dlv, waiting_keys[i].events
+  redis.call("ZREM", waiting_key, did)
   local d = redis.call("HMGET", dlv, "target", "outcome", "message_id")
   if d[1] == "pending" and not d[2] then
     redis.call("HSET", dlv, "stage", "provider_result_recorded", "outcome", "failed",
@@ -53,5 +65,5 @@ for i, did in ipairs(a.ids) do
     n = n + 1
   end
 end
-if n > 0 then redis.call("HINCRBY", KEYS[5], "outcome:failed", n) end
+if n > 0 then redis.call("HINCRBY", stats_key, "outcome:failed", n) end
 return {"ok", n}

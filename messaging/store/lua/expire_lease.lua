@@ -3,6 +3,7 @@
 -- handed off (mark_handed_off), whether it reached the receiver cannot be
 -- known: record `unknown`. If not, nothing was sent: record `failed`. Never
 -- retry; raise the fence so the old holder can no longer record anything.
+-- uses: outcome_lib
 --
 -- KEYS[1]  due     zset    delivery ids by due time (ms)
 -- KEYS[2]  dlv     hash    the delivery
@@ -21,36 +22,33 @@
 --
 -- Returns "unknown" or "failed" as recorded, 0 when the lease is still valid or free.
 
-local d = redis.call("HMGET", KEYS[2], "fence", "lease_until_ms", "attempts", "id", "stage",
-  "message_id", "recipient", "handed_off_fence", "sender_id")
-local lease = tonumber(d[2] or "0")
-if lease == 0 or lease >= tonumber(ARGV[1]) then
+local due_key = KEYS[1]
+local dlv = KEYS[2]
+local events_key = KEYS[3]
+local stats_key = KEYS[4]
+local now_ms = tonumber(ARGV[1])
+local now_us = ARGV[2]
+local error_sent = ARGV[3]
+local events_cap = ARGV[4]
+local latency_bucket = ARGV[5]
+local latency_ms = ARGV[6]
+local error_not_sent = ARGV[7]
+
+local fence, lease_until_ms, attempts_json, id, stage, message_id, recipient,
+  handed_off_fence, sender_id = unpack(redis.call("HMGET", dlv, "fence", "lease_until_ms",
+    "attempts", "id", "stage", "message_id", "recipient", "handed_off_fence", "sender_id"))
+local lease = tonumber(lease_until_ms or "0")
+if lease == 0 or lease >= now_ms then
   return 0
 end
-local outcome, err = "unknown", ARGV[3]
-if d[8] ~= d[1] then
-  outcome, err = "failed", ARGV[7]
+local outcome, err = "unknown", error_sent
+if handed_off_fence ~= fence then
+  outcome, err = "failed", error_not_sent
 end
-local attempts = cjson.decode(d[3])
-local last = attempts[#attempts]
-last.ended_us = ARGV[2]
-last.error = err
-last.outcome = outcome
-redis.call("HSET", KEYS[2], "fence", tonumber(d[1]) + 1, "outcome", outcome,
-  "provider_result_recorded_us", ARGV[2], "lease_until_ms", 0,
-  "attempts", cjson.encode(attempts))
-local stage = d[5]
-if stage == "dispatch_started" then
-  stage = "provider_result_recorded"
-  redis.call("HSET", KEYS[2], "stage", stage)
-end
-redis.call("ZREM", KEYS[1], d[4])
-redis.call("HINCRBY", KEYS[4], "outcome:" .. outcome, 1)
-redis.call("HINCRBY", KEYS[4], ARGV[5], 1)
-redis.call("HINCRBY", KEYS[4], "dispatch_ms_sum", ARGV[6])
-if d[9] ~= "courier" then
-  redis.call("XADD", KEYS[3], "MAXLEN", "~", ARGV[4], "*", "type", "delivery",
-    "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
-      stage = stage, outcome = outcome}))
-end
+redis.call("HSET", dlv, "fence", tonumber(fence) + 1)
+stage = close_attempt(dlv, attempts_json, stage, outcome, err, now_us)
+settle_outcome({due = due_key, stats = stats_key, events = events_key,
+  events_cap = events_cap, delivery_id = id, message_id = message_id, recipient = recipient,
+  sender_id = sender_id, stage = stage, outcome = outcome, latency_bucket = latency_bucket,
+  latency_ms = latency_ms, observed = false})
 return outcome

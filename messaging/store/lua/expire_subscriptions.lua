@@ -23,18 +23,33 @@
 --
 -- Returns a flat array: per notice sent, subscription id, delivery id, transport.
 
-local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-  retention = KEYS[6], held = KEYS[7], now_us = ARGV[1], due_ms = ARGV[3], maxlen = ARGV[4],
-  keep_s = ARGV[6]}
-local now_ms = tonumber(ARGV[2])
+local agents_key = KEYS[1]
+local seq_key = KEYS[2]
+local due_key = KEYS[3]
+local sub_due_key = KEYS[4]
+local idle_subs_key = KEYS[5]
+local retention_key = KEYS[6]
+local held_key = KEYS[7]
+local now_us = ARGV[1]
+local now_ms_text = ARGV[2]
+local notice_due_ms = ARGV[3]
+local events_cap = ARGV[4]
+local pairs_json = ARGV[5]
+local keep_s = ARGV[6]
+local subscriptions = notice_keys(KEYS, 8)
+
+local g = {agents = agents_key, seq = seq_key, due = due_key, sub_due = sub_due_key,
+  retention = retention_key, held = held_key, now_us = now_us, due_ms = notice_due_ms,
+  maxlen = events_cap, keep_s = keep_s}
+local now_ms = tonumber(now_ms_text)
 local out = {}
-for i, pair in ipairs(cjson.decode(ARGV[5])) do
+for i, pair in ipairs(cjson.decode(pairs_json)) do
   local sid, target_id = pair[1], pair[2]
-  local score = redis.call("ZSCORE", KEYS[4], sid)
+  local score = redis.call("ZSCORE", sub_due_key, sid)
   if score and tonumber(score) <= now_ms then
-    redis.call("ZREM", KEYS[4], sid)
-    if take_waiting(KEYS[5], target_id, sid) then
-      for _, v in ipairs(fire_notice(notice_keys(8, i), "expired", g)) do
+    redis.call("ZREM", sub_due_key, sid)
+    if take_waiting(idle_subs_key, target_id, sid) then
+      for _, v in ipairs(fire_notice(subscriptions[i], "expired", g)) do
         table.insert(out, v)
       end
     end

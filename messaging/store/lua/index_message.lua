@@ -13,6 +13,10 @@
 
 -- ZADD of t[from..to] (score/member pairs) in slices, so a long list never
 -- exceeds what one call may unpack.
+local posting_keys = KEYS
+local packed = ARGV
+local count = tonumber(packed[1])
+
 local SLICE = 1000
 local function zadd(key, t, from, to)
   for i = from, to, SLICE do
@@ -20,19 +24,18 @@ local function zadd(key, t, from, to)
   end
 end
 
-local count = tonumber(ARGV[1])
 local a = 2
 for k = 1, count do
-  local n = tonumber(ARGV[a])
-  zadd(KEYS[k], ARGV, a + 1, a + 2 * n)
+  local n = tonumber(packed[a])
+  zadd(posting_keys[k], packed, a + 1, a + 2 * n)
   a = a + 1 + 2 * n
 end
-if a <= #ARGV then
+if a <= #packed then
   local words = {}
-  for i = a, #ARGV do
+  for i = a, #packed do
     words[#words + 1] = 0
-    words[#words + 1] = ARGV[i]
+    words[#words + 1] = packed[i]
   end
-  zadd(KEYS[count + 1], words, 1, #words)
+  zadd(posting_keys[count + 1], words, 1, #words)
 end
 return count

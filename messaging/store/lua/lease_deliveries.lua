@@ -6,7 +6,7 @@
 -- KEYS[3..]   dlv     hash  one delivery each
 --
 -- ARGV[1]  now, ms (decimal string)
--- ARGV[2]  now, us (decimal string)
+-- now_us  now, us (decimal string)
 -- ARGV[3]  lease length, ms
 -- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
 --          lease may then be taken over), "0" otherwise
@@ -28,8 +28,17 @@
 -- when it was admitted (us), and the recipient agent's JSON ("" when it is
 -- gone), read with the lease so that preparing the request needs no other read.
 
+local due_key = KEYS[1]
+local agents_key = KEYS[2]
+-- The delivery hashes, by their index in KEYS (answered back to the caller).
+local dlv_keys = {}
+for i = 3, #KEYS do dlv_keys[i] = KEYS[i] end
 local now_ms = tonumber(ARGV[1])
-local lease_until = string.format("%d", now_ms + tonumber(ARGV[3]))
+local now_us = ARGV[2]
+local lease_ms = tonumber(ARGV[3])
+local idempotent = ARGV[4]
+
+local lease_until = string.format("%d", now_ms + lease_ms)
 local out = {}
 local agents = {}
 local holds = {}
@@ -37,7 +46,7 @@ local holds = {}
 -- The recipient agent's JSON ("" when it is gone), read once per script.
 local function agent_json(agent_id)
   if agents[agent_id] == nil then
-    agents[agent_id] = redis.call("HGET", KEYS[2], agent_id) or ""
+    agents[agent_id] = redis.call("HGET", agents_key, agent_id) or ""
   end
   return agents[agent_id]
 end
@@ -58,7 +67,8 @@ local function held_until(agent_id)
 end
 
 for i = 3, #KEYS do
-  local d = redis.call("HMGET", KEYS[i], "stage", "lease_until_ms", "retry_at_ms", "fence",
+  local dlv = dlv_keys[i]
+  local d = redis.call("HMGET", dlv, "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
     "sender_id", "round_base", "admitted_us", "held", "target")
   local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
@@ -73,34 +83,34 @@ for i = 3, #KEYS do
     if lease == 0 then
       free = retry_at <= now_ms
     elseif lease < now_ms then
-      free = ARGV[4] == "1"
+      free = idempotent == "1"
     end
   end
   if free then
     local hold = held_until(d[5])
     if hold > now_ms then
       free = false
-      redis.call("ZADD", KEYS[1], string.format("%d", hold), d[8])
+      redis.call("ZADD", due_key, string.format("%d", hold), d[8])
     end
   end
   if free then
     local fence = tonumber(d[4]) + 1
     local attempts = cjson.decode(d[7])
     local n = #attempts + 1
-    attempts[n] = {n = n, started_us = ARGV[2]}
-    redis.call("HSET", KEYS[i], "fence", fence, "lease_until_ms", lease_until,
+    attempts[n] = {n = n, started_us = now_us}
+    redis.call("HSET", dlv, "fence", fence, "lease_until_ms", lease_until,
       "retry_at_ms", 0, "attempts", cjson.encode(attempts))
     if stage == "admitted" or stage == "target_selected" then
-      redis.call("HSET", KEYS[i], "stage", "dispatch_started")
+      redis.call("HSET", dlv, "stage", "dispatch_started")
     end
     -- The stage times are the latest attempt's: its start now, its result when it
     -- is recorded (a redrive's earlier result stays in its attempt only).
-    redis.call("HSET", KEYS[i], "dispatch_started_us", ARGV[2])
+    redis.call("HSET", dlv, "dispatch_started_us", now_us)
     if d[10] then
-      redis.call("HDEL", KEYS[i], "provider_result_recorded_us")
+      redis.call("HDEL", dlv, "provider_result_recorded_us")
     end
-    redis.call("HDEL", KEYS[i], "redrive", "sweeps")
-    redis.call("ZADD", KEYS[1], lease_until, d[8])
+    redis.call("HDEL", dlv, "redrive", "sweeps")
+    redis.call("ZADD", due_key, lease_until, d[8])
     for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
         d[14], agent_json(d[5])}) do
       table.insert(out, v)

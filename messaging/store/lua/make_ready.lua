@@ -12,8 +12,13 @@
 --
 -- Returns {added, the project's lane ("" for the shared queues), ready count}.
 
+local project_key = KEYS[1]
+local ready_key = KEYS[2]
+local seq_key = KEYS[3]
+local delivery_ids = ARGV
+
 local added = 0
-for i = 1, #ARGV do
-  added = added + ready_delivery(KEYS[2], KEYS[3], ARGV[i])
+for i = 1, #delivery_ids do
+  added = added + ready_delivery(ready_key, seq_key, delivery_ids[i])
 end
-return {added, redis.call("HGET", KEYS[1], "lane") or "", redis.call("ZCARD", KEYS[2])}
+return {added, redis.call("HGET", project_key, "lane") or "", redis.call("ZCARD", ready_key)}

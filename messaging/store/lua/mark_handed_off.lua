@@ -8,8 +8,11 @@
 --
 -- Returns 1 when marked, 0 when the token is stale (the request must not leave).
 
-if redis.call("HGET", KEYS[1], "fence") ~= ARGV[1] then
+local dlv = KEYS[1]
+local fence = ARGV[1]
+
+if redis.call("HGET", dlv, "fence") ~= fence then
   return 0
 end
-redis.call("HSET", KEYS[1], "handed_off_fence", ARGV[1])
+redis.call("HSET", dlv, "handed_off_fence", fence)
 return 1

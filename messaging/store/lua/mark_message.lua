@@ -8,10 +8,14 @@
 -- Returns {read_us, ack_us} after the change ("" for unset), or {} when the
 -- delivery is gone (archived meanwhile): nothing is written.
 
-if redis.call("EXISTS", KEYS[1]) == 0 then return {} end
-redis.call("HSETNX", KEYS[1], "read_us", ARGV[2])
-if ARGV[1] == "ack" then
-  redis.call("HSETNX", KEYS[1], "ack_us", ARGV[2])
+local dlv = KEYS[1]
+local kind = ARGV[1]
+local now_us = ARGV[2]
+
+if redis.call("EXISTS", dlv) == 0 then return {} end
+redis.call("HSETNX", dlv, "read_us", now_us)
+if kind == "ack" then
+  redis.call("HSETNX", dlv, "ack_us", now_us)
 end
-local d = redis.call("HMGET", KEYS[1], "read_us", "ack_us")
+local d = redis.call("HMGET", dlv, "read_us", "ack_us")
 return {d[1] or "", d[2] or ""}

@@ -1,7 +1,7 @@
 -- notice_lib: the idle notice, shared by subscribe, set_presence and
 -- expire_subscriptions (prepended to each when it is loaded; it defines
 -- functions only and touches no key of its own).
--- uses: records
+-- uses: records_lib
 --
 -- fire_notice(k, state, g) sends one idle subscription's notice:
 --   k      {sub, msg, dlv, thread, events}: the subscription hash, the
@@ -70,11 +70,14 @@ local function fire_notice(k, state, g)
   return {sid, did, transport}
 end
 
--- The five keys of the i-th subscription in KEYS, from position `base` on.
-local function notice_keys(base, i)
-  local b = base + 5 * (i - 1)
-  return {sub = KEYS[b], msg = KEYS[b + 1], dlv = KEYS[b + 2], thread = KEYS[b + 3],
-    events = KEYS[b + 4]}
+-- The five keys of each subscription in `keys`, from position `base` on, by name.
+local function notice_keys(keys, base)
+  local out = {}
+  for b = base, #keys - 4, 5 do
+    out[#out + 1] = {sub = keys[b], msg = keys[b + 1], dlv = keys[b + 2],
+      thread = keys[b + 3], events = keys[b + 4]}
+  end
+  return out
 end
 
 -- Take one subscription off its target's waiting list; true if it was there.

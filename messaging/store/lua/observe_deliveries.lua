@@ -17,35 +17,48 @@
 -- A delivery shown before its outcome was recorded gets `seen_early` (see
 -- record_outcomes). Returns the number of deliveries newly observed.
 
-local n = 0
+local agents_key = KEYS[1]
+local stats_key = KEYS[2]
+local observer_id = ARGV[1]
+local now_us = ARGV[2]
+local events_cap = ARGV[3]
+local host_confirmed = ARGV[4]
+
+-- Each delivery's keys, by name.
+local deliveries = {}
 for p = 0, (#KEYS - 2) / 2 - 1 do
-  local dlv = KEYS[3 + 2 * p]
+  deliveries[p + 1] = {dlv = KEYS[3 + 2 * p], events = KEYS[4 + 2 * p]}
+end
+
+local n = 0
+for _, r in ipairs(deliveries) do
+  local dlv = r.dlv
   local d = redis.call("HMGET", dlv, "stage", "agent_id", "outcome", "id", "message_id",
     "recipient", "sender_id")
-  local shown = d[3] == "accepted" or (ARGV[4] == "1" and d[3] == "unknown")
-  if d[1] == "provider_result_recorded" and d[2] == ARGV[1] and shown then
-    redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", ARGV[2])
+  local shown = d[3] == "accepted" or (host_confirmed == "1" and d[3] == "unknown")
+  if d[1] == "provider_result_recorded" and d[2] == observer_id and shown then
+    redis.call("HSET", dlv, "stage", "delivery_observed", "delivery_observed_us", now_us)
     if d[7] ~= "courier" then
-      redis.call("XADD", KEYS[4 + 2 * p], "MAXLEN", "~", ARGV[3], "*", "type", "delivery",
+      redis.call("XADD", r.events, "MAXLEN", "~", events_cap, "*", "type", "delivery",
         "data", cjson.encode({delivery_id = d[4], message_id = d[5], recipient = d[6],
           stage = "delivery_observed", outcome = d[3]}))
     end
     n = n + 1
-  elseif d[1] == "dispatch_started" and d[2] == ARGV[1] and not d[3] then
+  elseif d[1] == "dispatch_started" and d[2] == observer_id and not d[3] then
     -- shown before its outcome was recorded (an inbox put is visible at once):
     -- recording `accepted` records the observation then (record_outcomes)
     redis.call("HSET", dlv, "seen_early", "1")
   end
 end
 if n > 0 then
-  redis.call("HINCRBY", KEYS[2], "observed", n)
+  redis.call("HINCRBY", stats_key, "observed", n)
 end
-local raw = redis.call("HGET", KEYS[1], ARGV[1])
+local raw = redis.call("HGET", agents_key, observer_id)
 if raw then
   local agent = cjson.decode(raw)
-  if tonumber(ARGV[2]) > tonumber(agent.last_active_us) then
-    agent.last_active_us = ARGV[2]
-    redis.call("HSET", KEYS[1], ARGV[1], cjson.encode(agent))
+  if tonumber(now_us) > tonumber(agent.last_active_us) then
+    agent.last_active_us = now_us
+    redis.call("HSET", agents_key, observer_id, cjson.encode(agent))
   end
 end
 return n

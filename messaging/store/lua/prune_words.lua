@@ -10,10 +10,16 @@
 --
 -- Returns how many words were taken out.
 
+local words_key = KEYS[1]
+local words = ARGV
+-- KEYS[i + 1] is the posting of words[i]
+local postings = {}
+for i = 1, #words do postings[i] = KEYS[i + 1] end
+
 local pruned = 0
-for i = 1, #ARGV do
-  if redis.call("EXISTS", KEYS[i + 1]) == 0 then
-    pruned = pruned + redis.call("ZREM", KEYS[1], ARGV[i])
+for i = 1, #words do
+  if redis.call("EXISTS", postings[i]) == 0 then
+    pruned = pruned + redis.call("ZREM", words_key, words[i])
   end
 end
 return pruned

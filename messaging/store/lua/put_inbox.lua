@@ -13,19 +13,28 @@
 -- Returns one flag per delivery: 1 in the inbox (now or already), 0 when the
 -- token is stale or an outcome is recorded (nothing written).
 
-local out = {}
+local seq_key = KEYS[1]
+local events_cap = ARGV[1]
+-- Each delivery's keys and fencing token, by name.
+local deliveries = {}
 for p = 0, (#KEYS - 1) / 3 - 1 do
-  local dlv, inbox, events = KEYS[2 + 3 * p], KEYS[3 + 3 * p], KEYS[4 + 3 * p]
+  deliveries[p + 1] = {dlv = KEYS[2 + 3 * p], inbox = KEYS[3 + 3 * p],
+    events = KEYS[4 + 3 * p], fence = ARGV[2 + p]}
+end
+
+local out = {}
+for p, r in ipairs(deliveries) do
+  local dlv, inbox, events = r.dlv, r.inbox, r.events
   local d = redis.call("HMGET", dlv, "fence", "outcome", "id", "message_id", "policy")
-  if d[1] == ARGV[2 + p] and not d[2] then
+  if d[1] == r.fence and not d[2] then
     if not redis.call("ZSCORE", inbox, d[3]) then
-      redis.call("ZADD", inbox, redis.call("INCR", KEYS[1]), d[3])
-      redis.call("XADD", events, "MAXLEN", "~", ARGV[1], "*", "type", "message",
+      redis.call("ZADD", inbox, redis.call("INCR", seq_key), d[3])
+      redis.call("XADD", events, "MAXLEN", "~", events_cap, "*", "type", "message",
         "data", cjson.encode({message_id = d[4], delivery_id = d[3], notification_policy = d[5]}))
     end
-    out[p + 1] = 1
+    out[p] = 1
   else
-    out[p + 1] = 0
+    out[p] = 0
   end
 end
 return out

@@ -1,6 +1,7 @@
 -- record_outcomes: the transport's answer for each leased delivery, each
 -- recorded only under its holder's fencing token. A retry frees the lease and
 -- sets when the delivery is due again; its stage does not change.
+-- uses: outcome_lib
 --
 -- KEYS[1]     due     zset    delivery ids by due time (ms)
 -- KEYS[2]     agents  hash    agent_id -> agent JSON (the endpoint's health)
@@ -29,12 +30,29 @@
 --
 -- Returns one flag per delivery: 1 recorded, 0 stale token or nothing leased.
 
-local now_ms = tonumber(ARGV[6])
+local due_key = KEYS[1]
+local agents_key = KEYS[2]
+local stats_key = KEYS[3]
+local now_us = ARGV[1]
+local events_cap = ARGV[2]
+local unhealthy_failures = tonumber(ARGV[3])
+local unhealthy_after_ms = tonumber(ARGV[4])
+local hold_ms = tonumber(ARGV[5])
+local now_ms_text = ARGV[6]
+local now_ms = tonumber(now_ms_text)
+-- Each delivery's keys and arguments, by name.
+local deliveries = {}
+for p = 0, (#KEYS - 3) / 2 - 1 do
+  local a = 7 + 8 * p
+  deliveries[p + 1] = {dlv = KEYS[4 + 2 * p], events = KEYS[5 + 2 * p], fence = ARGV[a],
+    kind = ARGV[a + 1], retry_at = ARGV[a + 2], err = ARGV[a + 3], displayed = ARGV[a + 4],
+    signal = ARGV[a + 5], latency_bucket = ARGV[a + 6], latency_ms = ARGV[a + 7]}
+end
 
 local function endpoint_health(dlv, signal)
   if signal == "" then return end
   local id = redis.call("HGET", dlv, "agent_id")
-  local raw = redis.call("HGET", KEYS[2], id)
+  local raw = redis.call("HGET", agents_key, id)
   if not raw then return end
   local agent = cjson.decode(raw)
   local ep = agent.endpoint
@@ -44,71 +62,51 @@ local function endpoint_health(dlv, signal)
     ep = {failures = 0}
   else
     ep.failures = ep.failures + 1
-    ep.failing_since_ms = ep.failing_since_ms or ARGV[6]
-    if ep.failures >= tonumber(ARGV[3])
-        and now_ms - tonumber(ep.failing_since_ms) >= tonumber(ARGV[4]) then
-      ep.hold_until_ms = string.format("%d", now_ms + tonumber(ARGV[5]))
+    ep.failing_since_ms = ep.failing_since_ms or now_ms_text
+    if ep.failures >= unhealthy_failures
+        and now_ms - tonumber(ep.failing_since_ms) >= unhealthy_after_ms then
+      ep.hold_until_ms = string.format("%d", now_ms + hold_ms)
     end
   end
   agent.endpoint = ep
-  redis.call("HSET", KEYS[2], id, cjson.encode(agent))
+  redis.call("HSET", agents_key, id, cjson.encode(agent))
 end
 
-local function record(dlv, events, a)
-  local fence, kind, retry_at, err, displayed, signal, bucket, latency =
-    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
-    ARGV[a + 7]
-  local d = redis.call("HMGET", dlv, "fence", "lease_until_ms", "attempts", "id", "stage",
-    "message_id", "recipient", "sender_id", "seen_early")
-  if d[1] ~= fence or not d[2] or d[2] == "0" then
+local function record(r)
+  local dlv, kind, displayed = r.dlv, r.kind, r.displayed
+  local fence, lease_until_ms, attempts_json, id, stage, message_id, recipient, sender_id,
+    seen_early = unpack(redis.call("HMGET", dlv, "fence", "lease_until_ms", "attempts", "id",
+      "stage", "message_id", "recipient", "sender_id", "seen_early"))
+  if fence ~= r.fence or not lease_until_ms or lease_until_ms == "0" then
     return 0
   end
-  endpoint_health(dlv, signal)
-  local attempts = cjson.decode(d[3])
-  local last = attempts[#attempts]
-  last.ended_us = ARGV[1]
-  last.outcome = kind
-  if err ~= "" then last.error = err end
+  endpoint_health(dlv, r.signal)
   if kind == "retry" then
-    redis.call("HINCRBY", KEYS[3], "retry", 1)
-    redis.call("HSET", dlv, "lease_until_ms", 0, "retry_at_ms", retry_at,
-      "attempts", cjson.encode(attempts))
-    redis.call("ZADD", KEYS[1], retry_at, d[4])
+    redis.call("HINCRBY", stats_key, "retry", 1)
+    redis.call("HSET", dlv, "lease_until_ms", 0, "retry_at_ms", r.retry_at,
+      "attempts", end_attempt(attempts_json, kind, r.err, now_us))
+    redis.call("ZADD", due_key, r.retry_at, id)
     return 1
   end
-  redis.call("HSET", dlv, "outcome", kind, "provider_result_recorded_us", ARGV[1],
-    "lease_until_ms", 0, "attempts", cjson.encode(attempts))
-  local stage = d[5]
-  if stage == "dispatch_started" then
-    stage = "provider_result_recorded"
-    redis.call("HSET", dlv, "stage", stage)
-  end
-  if d[9] then
+  stage = close_attempt(dlv, attempts_json, stage, kind, r.err, now_us)
+  if seen_early then
     -- the recipient's side showed it before this outcome was recorded
     redis.call("HDEL", dlv, "seen_early")
     if kind == "accepted" then displayed = "1" end
   end
   if displayed == "1" and kind == "accepted" and stage ~= "delivery_observed" then
     stage = "delivery_observed"
-    redis.call("HSET", dlv, "stage", stage, "delivery_observed_us", ARGV[1])
+    redis.call("HSET", dlv, "stage", stage, "delivery_observed_us", now_us)
   end
-  redis.call("ZREM", KEYS[1], d[4])
-  redis.call("HINCRBY", KEYS[3], "outcome:" .. kind, 1)
-  redis.call("HINCRBY", KEYS[3], bucket, 1)
-  redis.call("HINCRBY", KEYS[3], "dispatch_ms_sum", latency)
-  if stage == "delivery_observed" then
-    redis.call("HINCRBY", KEYS[3], "observed", 1)
-  end
-  if d[8] ~= "courier" then
-    redis.call("XADD", events, "MAXLEN", "~", ARGV[2], "*", "type", "delivery",
-      "data", cjson.encode({delivery_id = d[4], message_id = d[6], recipient = d[7],
-        stage = stage, outcome = kind}))
-  end
+  settle_outcome({due = due_key, stats = stats_key, events = r.events,
+    events_cap = events_cap, delivery_id = id, message_id = message_id, recipient = recipient,
+    sender_id = sender_id, stage = stage, outcome = kind, latency_bucket = r.latency_bucket,
+    latency_ms = r.latency_ms, observed = stage == "delivery_observed"})
   return 1
 end
 
 local out = {}
-for p = 0, (#KEYS - 3) / 2 - 1 do
-  out[p + 1] = record(KEYS[4 + 2 * p], KEYS[5 + 2 * p], 7 + 8 * p)
+for i, r in ipairs(deliveries) do
+  out[i] = record(r)
 end
 return out

@@ -11,14 +11,22 @@
 --
 -- Returns 1 when registered, 0 when the ref is taken (pick another and retry).
 
-if redis.call("HEXISTS", KEYS[3], ARGV[3]) == 1 then
+local agents_key = KEYS[1]
+local names_key = KEYS[2]
+local refs_key = KEYS[3]
+local agent_id = ARGV[1]
+local agent_name = ARGV[2]
+local ref = ARGV[3]
+local agent_json = ARGV[4]
+
+if redis.call("HEXISTS", refs_key, ref) == 1 then
   return 0
 end
 local ids = {}
-local raw = redis.call("HGET", KEYS[2], ARGV[2])
+local raw = redis.call("HGET", names_key, agent_name)
 if raw then ids = cjson.decode(raw) end
-table.insert(ids, ARGV[1])
-redis.call("HSET", KEYS[2], ARGV[2], cjson.encode(ids))
-redis.call("HSET", KEYS[3], ARGV[3], ARGV[1])
-redis.call("HSET", KEYS[1], ARGV[1], ARGV[4])
+table.insert(ids, agent_id)
+redis.call("HSET", names_key, agent_name, cjson.encode(ids))
+redis.call("HSET", refs_key, ref, agent_id)
+redis.call("HSET", agents_key, agent_id, agent_json)
 return 1

@@ -25,7 +25,26 @@
 --
 -- Returns the ids of the messages removed.
 
+local retention_key = KEYS[1]
+local due_key = KEYS[2]
+local archived_key = KEYS[3]
 local a = cjson.decode(ARGV[1])
+-- Each message's id, tombstones and keys, by name, from KEYS[4] on.
+local messages = {}
+local k = 4
+for i, m in ipairs(a.messages) do
+  local ndlv, nev = m[3], m[4]
+  local r = {mid = m[1], tomb = m[2], dtombs = m[5], msg = KEYS[k], thread = KEYS[k + 1],
+    deliveries = {}, events = {}}
+  for j = 0, ndlv - 1 do
+    r.deliveries[j + 1] = {dlv = KEYS[k + 2 + 2 * j], inbox = KEYS[k + 3 + 2 * j]}
+  end
+  for j = 0, nev - 1 do
+    r.events[j + 1] = KEYS[k + 2 + 2 * ndlv + j]
+  end
+  messages[i] = r
+  k = k + 2 + 2 * ndlv + nev
+end
 local cutoff = tonumber(a.cutoff_us)
 local now_ms = string.format("%d", a.now_ms)
 
@@ -53,13 +72,12 @@ end
 -- DEL, which the store allows, and the tombstones and index updates follow
 -- (a script that has begun writing is never stopped halfway).
 local removed, later = {}, {}
-local k = 4
-for _, m in ipairs(a.messages) do
-  local mid, tomb, ndlv, nev, dtombs = m[1], m[2], m[3], m[4], m[5]
-  local created = tonumber(redis.call("HGET", KEYS[k], "created_us") or "0")
+for _, r in ipairs(messages) do
+  local msg = r.msg
+  local created = tonumber(redis.call("HGET", msg, "created_us") or "0")
   local newest, final = created, true
-  for j = 0, ndlv - 1 do
-    local t = final_newest(KEYS[k + 2 + 2 * j])
+  for _, d in ipairs(r.deliveries) do
+    local t = final_newest(d.dlv)
     if t == nil then
       final = false
     elseif t > newest then
@@ -67,47 +85,45 @@ for _, m in ipairs(a.messages) do
     end
   end
   if not final then
-    table.insert(later, {mid, now_ms})
+    table.insert(later, {r.mid, now_ms})
   elseif newest >= cutoff then
-    table.insert(later, {mid, string.format("%d", math.floor(newest / 1000))})
+    table.insert(later, {r.mid, string.format("%d", math.floor(newest / 1000))})
   else
-    table.insert(removed, {mid, tomb, k, ndlv, nev, dtombs})
+    table.insert(removed, r)
   end
-  k = k + 2 + 2 * ndlv + nev
 end
 
 local minid = string.format("%d", math.floor(cutoff / 1000))
 local ids, trimmed = {}, {}
 for _, r in ipairs(removed) do
-  local mid, tomb, base, ndlv, nev, dtombs = r[1], r[2], r[3], r[4], r[5], r[6]
-  redis.call("DEL", KEYS[base])
-  redis.call("ZREM", KEYS[base + 1], mid)
-  redis.call("ZREM", KEYS[1], mid)
-  for j = 0, ndlv - 1 do
-    local dlv, inbox = KEYS[base + 2 + 2 * j], KEYS[base + 3 + 2 * j]
+  local mid = r.mid
+  redis.call("DEL", r.msg)
+  redis.call("ZREM", r.thread, mid)
+  redis.call("ZREM", retention_key, mid)
+  for j, d in ipairs(r.deliveries) do
+    local dlv, inbox = d.dlv, d.inbox
     local did = redis.call("HGET", dlv, "id")
     if did then
       redis.call("DEL", dlv)
       redis.call("ZREM", inbox, did)
-      redis.call("ZREM", KEYS[2], did)
-      redis.call("HSET", KEYS[3], did, dtombs[j + 1])
+      redis.call("ZREM", due_key, did)
+      redis.call("HSET", archived_key, did, r.dtombs[j])
     end
   end
-  local events_from = base + 2 + 2 * ndlv
-  for j = events_from, events_from + nev - 1 do
+  for _, events in ipairs(r.events) do
     -- every event older than the cutoff: this message's and any other's
-    if not trimmed[KEYS[j]] then
-      redis.call("XTRIM", KEYS[j], "MINID", minid)
-      trimmed[KEYS[j]] = true
+    if not trimmed[events] then
+      redis.call("XTRIM", events, "MINID", minid)
+      trimmed[events] = true
     end
   end
-  redis.call("HSET", KEYS[3], mid, tomb)
+  redis.call("HSET", archived_key, mid, r.tomb)
   table.insert(ids, mid)
 end
 if #ids > 0 then
-  redis.call("EXPIRE", KEYS[3], a.archived_ttl_s)
+  redis.call("EXPIRE", archived_key, a.archived_ttl_s)
 end
 for _, l in ipairs(later) do
-  redis.call("ZADD", KEYS[1], "XX", l[2], l[1])
+  redis.call("ZADD", retention_key, "XX", l[2], l[1])
 end
 return ids

@@ -10,7 +10,10 @@
 -- Returns the old token's hash ("" when the project had none recorded), or
 -- false if there is no such project.
 
-if redis.call("EXISTS", KEYS[1]) == 0 then return false end
-local old = redis.call("HGET", KEYS[1], "token_hash") or ""
-redis.call("HSET", KEYS[1], "token_hash", ARGV[1])
+local project_key = KEYS[1]
+local new_token_hash = ARGV[1]
+
+if redis.call("EXISTS", project_key) == 0 then return false end
+local old = redis.call("HGET", project_key, "token_hash") or ""
+redis.call("HSET", project_key, "token_hash", new_token_hash)
 return old

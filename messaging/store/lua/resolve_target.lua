@@ -13,8 +13,14 @@
 -- Returns {"ok", agent JSON} or {"no", reason}: reason "not_found",
 -- "retired", "closed", "bound_source_lost" or "no_main".
 
-local ctx = {agents = KEYS[1], names = KEYS[2], refs = KEYS[3], allowed = nil,
-  sender = load_agent({agents = KEYS[1]}, ARGV[2]), now_ms = "0"}
-local ag, err = resolve_recipient(ctx, ARGV[1])
+local agents_key = KEYS[1]
+local names_key = KEYS[2]
+local refs_key = KEYS[3]
+local target = ARGV[1]
+local subscriber_id = ARGV[2]
+
+local ctx = {agents = agents_key, names = names_key, refs = refs_key, allowed = nil,
+  sender = load_agent({agents = agents_key}, subscriber_id), now_ms = "0"}
+local ag, err = resolve_recipient(ctx, target)
 if ag then return {"ok", cjson.encode(ag)} end
 return {"no", err}

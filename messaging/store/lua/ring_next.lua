@@ -12,11 +12,13 @@
 -- Returns {the project id whose turn it is, how many projects the ring holds},
 -- or false when the ring is empty.
 
-local head = redis.call("ZRANGE", KEYS[1], 0, 0)
+local ring_key = KEYS[1]
+
+local head = redis.call("ZRANGE", ring_key, 0, 0)
 if #head == 0 then
   return false
 end
-local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+local last = redis.call("ZRANGE", ring_key, -1, -1, "WITHSCORES")
 local back = math.max(tonumber(last[2]), -1) + 1
-redis.call("ZADD", KEYS[1], string.format("%d", back), head[1])
-return {head[1], redis.call("ZCARD", KEYS[1])}
+redis.call("ZADD", ring_key, string.format("%d", back), head[1])
+return {head[1], redis.call("ZCARD", ring_key)}

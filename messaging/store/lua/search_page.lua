@@ -11,12 +11,13 @@
 -- Returns a JSON string {"ids": [message ids], "next": "score" | ""}: "next" is
 -- the exclusive upper bound of the next page, "" when nothing is left.
 
+local postings = KEYS
 local a = cjson.decode(ARGV[1])
 local groups, k = {}, 1
 for _, n in ipairs(a.sizes) do
   local g = {}
   for _ = 1, n do
-    table.insert(g, KEYS[k])
+    table.insert(g, postings[k])
     k = k + 1
   end
   table.insert(groups, g)

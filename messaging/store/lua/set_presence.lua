@@ -31,15 +31,30 @@
 -- otherwise {agent JSON, then per notice sent: subscription id, delivery id,
 -- transport}.
 
-local raw = redis.call("HGET", KEYS[1], ARGV[1])
+local agents_key = KEYS[1]
+local seq_key = KEYS[2]
+local due_key = KEYS[3]
+local sub_due_key = KEYS[4]
+local idle_subs_key = KEYS[5]
+local retention_key = KEYS[6]
+local held_key = KEYS[7]
+local agent_id = ARGV[1]
+local state = ARGV[2]
+local now_us = ARGV[3]
+local notice_due_ms = ARGV[4]
+local events_cap = ARGV[5]
+local expected_json = ARGV[6]
+local keep_s = ARGV[7]
+local subscriptions = notice_keys(KEYS, 8)
+
+local raw = redis.call("HGET", agents_key, agent_id)
 if not raw then return false end
 local agent = cjson.decode(raw)
-local state = ARGV[2]
-local expected = cjson.decode(ARGV[6])
+local expected = cjson.decode(expected_json)
 local fires = (state == "idle" or state == "exited") and agent.presence ~= state
 
 if fires then
-  local w = redis.call("HGET", KEYS[5], ARGV[1])
+  local w = redis.call("HGET", idle_subs_key, agent_id)
   if w then
     local seen = {}
     for _, sid in ipairs(expected) do seen[sid] = true end
@@ -50,25 +65,25 @@ if fires then
 end
 
 agent.presence = state
-if tonumber(ARGV[3]) > tonumber(agent.last_active_us) then
-  agent.last_active_us = ARGV[3]
+if tonumber(now_us) > tonumber(agent.last_active_us) then
+  agent.last_active_us = now_us
 end
 -- busy and idle are use (resolution ranks by it); an exited report is not
 if (state == "busy" or state == "idle")
-    and tonumber(ARGV[3]) > tonumber(agent.used_us or agent.registered_us or "0") then
-  agent.used_us = ARGV[3]
+    and tonumber(now_us) > tonumber(agent.used_us or agent.registered_us or "0") then
+  agent.used_us = now_us
 end
 local agent_json = cjson.encode(agent)
-redis.call("HSET", KEYS[1], ARGV[1], agent_json)
+redis.call("HSET", agents_key, agent_id, agent_json)
 
 local out = {agent_json}
 if fires then
-  local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-    retention = KEYS[6], held = KEYS[7], now_us = ARGV[3], due_ms = ARGV[4],
-    maxlen = ARGV[5], keep_s = ARGV[7]}
+  local g = {agents = agents_key, seq = seq_key, due = due_key, sub_due = sub_due_key,
+    retention = retention_key, held = held_key, now_us = now_us, due_ms = notice_due_ms,
+    maxlen = events_cap, keep_s = keep_s}
   for i, sid in ipairs(expected) do
-    if take_waiting(KEYS[5], ARGV[1], sid) then
-      for _, v in ipairs(fire_notice(notice_keys(8, i), state, g)) do
+    if take_waiting(idle_subs_key, agent_id, sid) then
+      for _, v in ipairs(fire_notice(subscriptions[i], state, g)) do
         table.insert(out, v)
       end
     end

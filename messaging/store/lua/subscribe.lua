@@ -24,8 +24,19 @@
 --   {"status":"waiting"}
 --   {"status":"notified","state":..,"delivery_id":..,"transport":..}
 
-local a = cjson.decode(ARGV[1])
-local raw = redis.call("HGET", KEYS[1], a.target_id)
+local agents_key = KEYS[1]
+local seq_key = KEYS[2]
+local due_key = KEYS[3]
+local sub_due_key = KEYS[4]
+local idle_subs_key = KEYS[5]
+local retention_key = KEYS[6]
+local held_key = KEYS[7]
+local args_json = ARGV[1]
+local sub_fields = {unpack(ARGV, 2)}
+local subscription = notice_keys(KEYS, 8)[1]
+
+local a = cjson.decode(args_json)
+local raw = redis.call("HGET", agents_key, a.target_id)
 if not raw then return cjson.encode({status = "refused", reason = "not_found"}) end
 local target = cjson.decode(raw)
 if target.status ~= "active" then
@@ -34,25 +45,25 @@ end
 if target.presence == "source_lost" then
   return cjson.encode({status = "refused", reason = "bound_source_lost"})
 end
-if redis.call("EXISTS", KEYS[8]) == 1 then
+if redis.call("EXISTS", subscription.sub) == 1 then
   return cjson.encode({status = "exists"})
 end
-redis.call("HSET", KEYS[8], "state", "waiting", unpack(ARGV, 2))
+redis.call("HSET", subscription.sub, "state", "waiting", unpack(sub_fields))
 
 local presence = target.presence
 if not a.after_message and (presence == "idle" or presence == "exited") then
-  local g = {agents = KEYS[1], seq = KEYS[2], due = KEYS[3], sub_due = KEYS[4],
-    retention = KEYS[6], held = KEYS[7], now_us = a.now_us, due_ms = a.due_ms,
+  local g = {agents = agents_key, seq = seq_key, due = due_key, sub_due = sub_due_key,
+    retention = retention_key, held = held_key, now_us = a.now_us, due_ms = a.due_ms,
     maxlen = a.maxlen, keep_s = a.keep_s}
-  local r = fire_notice(notice_keys(8, 1), presence, g)
+  local r = fire_notice(subscription, presence, g)
   return cjson.encode({status = "notified", state = presence, delivery_id = r[2],
     transport = r[3]})
 end
 
 local waiting = {}
-local w = redis.call("HGET", KEYS[5], a.target_id)
+local w = redis.call("HGET", idle_subs_key, a.target_id)
 if w then waiting = cjson.decode(w) end
 waiting[a.id] = a.entry
-redis.call("HSET", KEYS[5], a.target_id, cjson.encode(waiting))
-redis.call("ZADD", KEYS[4], a.expires_ms, a.id)
+redis.call("HSET", idle_subs_key, a.target_id, cjson.encode(waiting))
+redis.call("ZADD", sub_due_key, a.expires_ms, a.id)
 return cjson.encode({status = "waiting"})

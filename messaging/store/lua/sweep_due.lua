@@ -20,17 +20,22 @@
 -- pending ones (never published before release or binding).
 
 local MAX_BACKOFF = 32
+local due_key = KEYS[1]
+local dlv_keys = {}
+for i = 2, #KEYS do dlv_keys[i - 1] = KEYS[i] end
 local now_ms = tonumber(ARGV[1])
 local grace_ms = tonumber(ARGV[2])
+local idempotent_transports = ARGV[3]
+
 local idempotent = {}
-for t in string.gmatch(ARGV[3], "%S+") do idempotent[t] = true end
+for t in string.gmatch(idempotent_transports, "%S+") do idempotent[t] = true end
 local out = {}
-for i = 2, #KEYS do
-  local d = redis.call("HMGET", KEYS[i], "id", "stage", "lease_until_ms", "transport", "outcome",
+for _, dlv in ipairs(dlv_keys) do
+  local d = redis.call("HMGET", dlv, "id", "stage", "lease_until_ms", "transport", "outcome",
     "redrive", "held", "target")
   local id = d[1]
   if id then
-    local score = redis.call("ZSCORE", KEYS[1], id)
+    local score = redis.call("ZSCORE", due_key, id)
     if score and tonumber(score) <= now_ms then
       local lease = tonumber(d[3] or "0")
       local action = nil
@@ -45,15 +50,15 @@ for i = 2, #KEYS do
       if action then
         local wait = grace_ms
         if action == "publish" then
-          local sweeps = redis.call("HINCRBY", KEYS[i], "sweeps", 1)
+          local sweeps = redis.call("HINCRBY", dlv, "sweeps", 1)
           wait = grace_ms * math.min(2 ^ (sweeps - 1), MAX_BACKOFF)
         end
-        redis.call("ZADD", KEYS[1], string.format("%d", now_ms + wait), id)
+        redis.call("ZADD", due_key, string.format("%d", now_ms + wait), id)
         table.insert(out, id)
         table.insert(out, d[4])
         table.insert(out, action)
       else
-        redis.call("ZREM", KEYS[1], id)
+        redis.call("ZREM", due_key, id)
       end
     end
   end

@@ -14,17 +14,22 @@
 -- taken...}. Scores come from the project's sequence: a newest score past the
 -- one a turn saw at its start means deliveries were made ready during the turn.
 
-local lane = redis.call("HGET", KEYS[1], "lane") or ""
-if lane ~= ARGV[1] then
+local project_key = KEYS[1]
+local ready_key = KEYS[2]
+local served_lane = ARGV[1]
+local most = ARGV[2]
+
+local lane = redis.call("HGET", project_key, "lane") or ""
+if lane ~= served_lane then
   return {0, lane}
 end
 local out = {1, 0, 0}
-local popped = redis.call("ZPOPMIN", KEYS[2], ARGV[2])
+local popped = redis.call("ZPOPMIN", ready_key, most)
 for i = 1, #popped, 2 do
   out[#out + 1] = popped[i]
 end
-out[2] = redis.call("ZCARD", KEYS[2])
-local newest = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
+out[2] = redis.call("ZCARD", ready_key)
+local newest = redis.call("ZRANGE", ready_key, -1, -1, "WITHSCORES")
 if newest[2] then
   out[3] = newest[2]
 end

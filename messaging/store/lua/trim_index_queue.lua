@@ -8,10 +8,13 @@
 --
 -- Returns 1 when they were dropped, 0 when the head had changed.
 
-local head = redis.call("LRANGE", KEYS[1], 0, #ARGV - 1)
-if #head ~= #ARGV then return 0 end
-for i = 1, #ARGV do
-  if head[i] ~= ARGV[i] then return 0 end
+local queue_key = KEYS[1]
+local entries = ARGV
+
+local head = redis.call("LRANGE", queue_key, 0, #entries - 1)
+if #head ~= #entries then return 0 end
+for i = 1, #entries do
+  if head[i] ~= entries[i] then return 0 end
 end
-redis.call("LTRIM", KEYS[1], #ARGV, -1)
+redis.call("LTRIM", queue_key, #entries, -1)
 return 1

@@ -8,15 +8,20 @@
 --
 -- Returns the agent JSON after the change, or false if there is no such agent.
 
-local raw = redis.call("HGET", KEYS[1], ARGV[1])
+local agents_key = KEYS[1]
+local agent_id = ARGV[1]
+local fields_json = ARGV[2]
+local now_us = ARGV[3]
+
+local raw = redis.call("HGET", agents_key, agent_id)
 if not raw then return false end
 local agent = cjson.decode(raw)
-for k, v in pairs(cjson.decode(ARGV[2])) do
+for k, v in pairs(cjson.decode(fields_json)) do
   agent[k] = v
 end
-if ARGV[3] ~= "" and tonumber(ARGV[3]) > tonumber(agent.last_active_us) then
-  agent.last_active_us = ARGV[3]
+if now_us ~= "" and tonumber(now_us) > tonumber(agent.last_active_us) then
+  agent.last_active_us = now_us
 end
 local out = cjson.encode(agent)
-redis.call("HSET", KEYS[1], ARGV[1], out)
+redis.call("HSET", agents_key, agent_id, out)
 return out
