@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from messaging.store import connect, keys
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.timefmt import now_us
+from messaging.types import Json
 
 SWEEP_BATCH = 500
 LEASE_FIELDS = 9
@@ -20,8 +20,6 @@ INF = "inf"
 # A project joins a ring at its joining time (us) less this: below the turns of
 # projects that were served (0 and up), in the order of joining.
 JOINED_BELOW = 2**52
-
-Json = dict[str, Any]
 
 
 def joining_turns(n: int) -> list[int]:

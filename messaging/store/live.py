@@ -15,8 +15,7 @@ import redis
 
 from messaging.store import connect, keys
 from messaging.store.scripts import scripts_for
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 # How many times a presence report is retried when subscriptions appear
 # between reading the waiting list and running the script.

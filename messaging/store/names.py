@@ -16,8 +16,7 @@ from typing import Any
 from messaging.store import connect, keys
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 # How many times binding or ending is tried again when a send to the name
 # lands between reading its waiting deliveries and running the script.

@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from redis.lock import Lock
 
@@ -21,8 +20,7 @@ from messaging.store.connect import SyncClient
 from messaging.store.schema import DeliveryField, MessageField, senders, unpack_message
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import unindex_messages
-
-Json = dict[str, Any]
+from messaging.types import Json
 
 # Held by one sweeper per project while it archives and removes.
 LOCK_TIMEOUT_S = 300

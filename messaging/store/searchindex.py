@@ -28,6 +28,7 @@ from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
 from messaging.store.schema import MessageField, unpack_message
 from messaging.store.scripts import Scripts
+from messaging.types import Json
 
 PROJECT_VIEWER = "project"
 # Score = creation ms * SEQ_SLOTS + project sequence mod SEQ_SLOTS: time-ordered,
@@ -43,8 +44,6 @@ SCAN_BATCH = 200
 PRUNE_BATCH = 500
 # The highest lexical byte: closes a prefix's range of words.
 LEX_TOP = b"\xff"
-
-Json = dict[str, Any]
 
 
 def search_score(created_us: int, seq: int) -> int:

@@ -19,13 +19,12 @@ from messaging.store.names import Names
 from messaging.store.schema import AgentField, DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
+from messaging.types import Json
 
 IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
 REF_ATTEMPTS = 20
 # How long an API process trusts a token's scope before reading it again.
 TOKEN_CACHE_S = 1.0
-
-Json = dict[str, Any]
 
 
 def _hash(found: Mapping[Any, Any]) -> Json:
