@@ -14,6 +14,7 @@ from kombu.entity import Exchange, Queue
 
 from messaging import transports
 from messaging.config import Settings
+from messaging.transports import policy
 
 DELIVER_TASK = "courier.deliver"
 SWEEP_TASK = "courier.sweep"
@@ -31,7 +32,7 @@ PUBLISH_TIMEOUT_S = 2.0
 
 def queue_for(transport: str, lane: str = "") -> str:
     """The queue of one transport's deliveries (on a lane, the lane's)."""
-    return transports.installed()[transport].queue(lane)
+    return policy.queue(transport, lane)
 
 
 def batch_size(transport: str) -> int:
@@ -46,7 +47,7 @@ def transport_kinds() -> list[str]:
 
 def delivery_queues() -> list[str]:
     """The shared delivery queue of every installed transport."""
-    return [cls.queue() for cls in transports.installed().values()]
+    return [policy.queue(kind) for kind in transports.installed()]
 
 
 def courier_queues(lanes: Iterable[str]) -> list[str]:
