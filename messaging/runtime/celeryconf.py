@@ -1,8 +1,9 @@
 """Celery settings shared by the API (which publishes) and the workers.
 
 Kept here, not in ``workers``, because the API publishes tasks by name and
-must not import worker code. Queues and batch sizes come from the installed
-transports' declarations (``messaging.transports``), read without starting them.
+must not import worker code. Queues come from each installed kind's policy
+(``messaging.transports.policy``), batch sizes from its transport's declaration,
+read without starting it.
 """
 
 from __future__ import annotations
