@@ -8,9 +8,9 @@ import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from messaging.store.connect import is_cluster
@@ -33,6 +33,18 @@ CLUSTER_NEEDS_BROKER = (
     " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
     " or to RabbitMQ (amqp://user:password@host:5672//)"
 )
+
+
+class KindPolicy(BaseModel):
+    """An operator's deployment policy for one transport kind (unset: the kind's own)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    prefetch: int | None = Field(default=None, ge=1, le=64)
+    lease_s: float | None = Field(default=None, gt=0)
+    retry_schedule_s: list[Annotated[float, Field(ge=0)]] | None = Field(default=None,
+                                                                         max_length=100)
 
 
 class Settings(BaseSettings):
@@ -106,7 +118,12 @@ class Settings(BaseSettings):
         "Tasks Flower keeps in memory (about 6 KB each)."))
     worker_concurrency: int | None = Field(default=None, ge=1, le=64, description=(
         "Processes of each delivery worker (Celery's `-c`; `courier up --concurrency`)."
-        " Unset: what each transport declares (2 for inbox and webhook)."))
+        " Unset: each transport kind's policy (`COURIER_TRANSPORT_POLICY`; 2 by default)."))
+    transport_policy: dict[str, KindPolicy] = Field(default={}, description=(
+        "Deployment policy per transport kind, as JSON: `{\"pager\": {\"concurrency\": 4,"
+        " \"prefetch\": 1, \"lease_s\": 20, \"retry_schedule_s\": [1, 5]}}`; a field left"
+        " out keeps the kind's default (docs/transports.md, Deployment policy)."
+        " `COURIER_WORKER_CONCURRENCY` still wins over `concurrency`."))
     trusted_proxies: str = Field(default="", description=(
         "Addresses or networks of proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` the"
         " API believes, comma separated. Unset: none; each connection's peer is the client."))

@@ -28,6 +28,7 @@ from messaging.config import Settings
 from messaging.errors import from_validation
 from messaging.service.views import message_view
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
+from messaging.transports import policy
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 from messaging.types import Json
 
@@ -86,7 +87,7 @@ class Dispatcher:
 
         Returns the outcomes recorded, by kind, and what was leased.
         """
-        lease_ms = int(transport.lease_s * 1000)
+        lease_ms = int(policy.policy(transport.kind, self.settings).lease_s * 1000)
         if transport.idempotent:
             leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
@@ -121,7 +122,7 @@ class Dispatcher:
                 outcomes.append(self._judge(transport, item, next(answers, None)))
             else:
                 outcomes.append(item)
-        return self._record(project_id, leased, outcomes)
+        return self._record(transport, project_id, leased, outcomes)
 
     def _carry_at_once(self, transport: Transport, project_id: str,
                        leased: list[Leased]) -> Counter[str]:
@@ -143,10 +144,12 @@ class Dispatcher:
             for future in finished:
                 lease, delivery = running[future]
                 ready.append((lease, self._judge(transport, delivery, future.result())))
-            counts += self._record(project_id, [r[0] for r in ready], [r[1] for r in ready])
+            counts += self._record(transport, project_id, [r[0] for r in ready],
+                                   [r[1] for r in ready])
             ready = []
         if ready:
-            counts += self._record(project_id, [r[0] for r in ready], [r[1] for r in ready])
+            counts += self._record(transport, project_id, [r[0] for r in ready],
+                                   [r[1] for r in ready])
         return counts
 
     def _prepare(self, transport: Transport, project_id: str,
@@ -180,7 +183,8 @@ class Dispatcher:
             message = message_view(record, full=False, viewer_id=lease.agent_id)
             message["delivery_id"] = lease.delivery_id
         on_hand_off = None if transport.idempotent else self._marker(project_id, lease)
-        return Delivery(project_id, lease, agent, settings, message, on_hand_off)
+        return Delivery(lease.delivery_id, lease.attempt, project_id, agent, settings, message,
+                        on_hand_off, fence=lease.fence)
 
     def _marker(self, project_id: str, lease: Leased) -> Any:
         def mark() -> None:
@@ -202,9 +206,8 @@ class Dispatcher:
             return Outcome(OutcomeKind.RETRY, f"crashed after hand-off: {_error(answer)}")
         return Outcome(OutcomeKind.UNKNOWN, f"crashed after hand-off: {_error(answer)}")
 
-    def _result(self, lease: Leased, outcome: Outcome) -> Result:
+    def _result(self, schedule: tuple[float, ...], lease: Leased, outcome: Outcome) -> Result:
         kind, retry_at_ms = str(outcome.kind), 0
-        schedule = self.settings.retry_schedule_s
         if outcome.kind == OutcomeKind.RETRY:
             if lease.round_attempt <= len(schedule):
                 wait_s = schedule[lease.round_attempt - 1]
@@ -213,10 +216,11 @@ class Dispatcher:
                 kind = str(OutcomeKind.FAILED)
         return Result(kind, retry_at_ms, outcome.error, outcome.displayed, outcome.endpoint)
 
-    def _record(self, project_id: str, leased: list[Leased],
+    def _record(self, transport: Transport, project_id: str, leased: list[Leased],
                 outcomes: list[Outcome]) -> Counter[str]:
-        results = [self._result(lease, outcome) for lease, outcome in zip(leased, outcomes,
-                                                                          strict=True)]
+        schedule = policy.policy(transport.kind, self.settings).retry_schedule_s
+        results = [self._result(schedule, lease, outcome)
+                   for lease, outcome in zip(leased, outcomes, strict=True)]
         recorded = self.store.record_outcomes(project_id, list(zip(leased, results, strict=True)),
                                               self.health)
         counts: Counter[str] = Counter()

@@ -17,6 +17,7 @@ from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, Leased, now_ms
 from messaging.store.names import expire_names
 from messaging.store.searchindex import queue_for_index, queued_projects
+from messaging.transports import policy
 from messaging.transports.base import Transport
 from workers.app import app
 from workers.dispatch import Dispatcher
@@ -83,7 +84,7 @@ def deliver(transport: str, lane: str = "") -> str:
     Returns what it recorded, by outcome, and indexed, for Flower.
     """
     carrier = transports.get(transport)
-    queue = carrier.queue(lane)
+    queue = policy.queue(carrier.kind, lane)
     told: list[str] = []
     owed = False
     turn = None

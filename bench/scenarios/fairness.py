@@ -51,10 +51,11 @@ from bench.population import Population, populate, ring, ring_sends
 from bench.procs import BenchError, Cluster, Proc
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, Admitted, admitted, check_exactly_once, wait_delivered
-from messaging import transports
 from messaging.client import CourierClient
+from messaging.config import Settings
 from messaging.searchtext import EVERY
 from messaging.store import keys
+from messaging.transports import policy
 
 LANE = "bulk"
 PARKED = "parked"  # a lane no worker serves: A's flood waits there
@@ -325,10 +326,10 @@ def run(ctx: Context) -> dict[str, Any]:
                 return _flood(ctx, c, url, a, b, what, lambda: lane_workers.append(
                     c.start_worker(queues=f"deliver.inbox.{LANE}", concurrency=processes)))
 
-            declared = transports.installed()["inbox"].worker_concurrency
+            declared = policy.policy("inbox", Settings()).concurrency
             one = "lane, one process"
             ctx.say(f"fairness: A's {s.fairness_flood:,} wait on lane {LANE}, then its own "
-                    f"worker: {declared} processes (as the transport declares) and one, "
+                    f"worker: {declared} processes (as its kind's policy says) and one, "
                     "flood by flood")
             lanes = _floods(ctx, wanted, {"lane": lambda: lane_flood("lane", None),
                                           one: lambda: lane_flood(one, 1)}, c.store.log_path)

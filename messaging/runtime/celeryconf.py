@@ -1,8 +1,9 @@
 """Celery settings shared by the API (which publishes) and the workers.
 
 Kept here, not in ``workers``, because the API publishes tasks by name and
-must not import worker code. Queues and batch sizes come from the installed
-transports' declarations (``messaging.transports``), read without starting them.
+must not import worker code. Queues come from each installed kind's policy
+(``messaging.transports.policy``), batch sizes from its transport's declaration,
+read without starting it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kombu.entity import Exchange, Queue
 
 from messaging import transports
 from messaging.config import Settings
+from messaging.transports import policy
 
 DELIVER_TASK = "courier.deliver"
 SWEEP_TASK = "courier.sweep"
@@ -31,7 +33,7 @@ PUBLISH_TIMEOUT_S = 2.0
 
 def queue_for(transport: str, lane: str = "") -> str:
     """The queue of one transport's deliveries (on a lane, the lane's)."""
-    return transports.installed()[transport].queue(lane)
+    return policy.queue(transport, lane)
 
 
 def batch_size(transport: str) -> int:
@@ -46,7 +48,7 @@ def transport_kinds() -> list[str]:
 
 def delivery_queues() -> list[str]:
     """The shared delivery queue of every installed transport."""
-    return [cls.queue() for cls in transports.installed().values()]
+    return [policy.queue(kind) for kind in transports.installed()]
 
 
 def courier_queues(lanes: Iterable[str]) -> list[str]:

@@ -53,7 +53,8 @@ def process_table(settings: Settings) -> dict[str, list[str]]:
     expanded: dict[str, list[str]] = {}
     for name, command in table.items():
         if name == WORKERS:
-            expanded.update(workerpool.commands(concurrency=settings.worker_concurrency))
+            expanded.update(workerpool.commands(concurrency=settings.worker_concurrency,
+                                                 settings=settings))
         else:
             expanded[name] = command
     return expanded
@@ -107,7 +108,8 @@ def run_lane(settings: Settings, lane: str) -> int:
     """
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
     try:
-        table = workerpool.commands(workerpool.check_lane(lane), settings.worker_concurrency)
+        table = workerpool.commands(workerpool.check_lane(lane), settings.worker_concurrency,
+                                    settings)
     except workerpool.LaneNameError as exc:
         Output([SUPERVISOR_NAME], settings.log_format == logs.JSON).line(
             SUPERVISOR_NAME, f"cannot start: {exc}")

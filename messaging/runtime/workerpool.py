@@ -24,10 +24,11 @@ import sys
 from pydantic import ValidationError
 
 from messaging import transports
-from messaging.config import get_settings
+from messaging.config import Settings, get_settings
 from messaging.models import LaneIn
 from messaging.runtime import children, logs
 from messaging.runtime.celeryconf import SWEEP_QUEUE
+from messaging.transports import policy
 
 CELERY_APP = "workers.app"
 LOG_LEVEL = "INFO"
@@ -60,19 +61,21 @@ def node_name(kind: str, lane: str = "") -> str:
 
 
 def worker_argv(kind: str, lane: str = "", sweep: bool = False,
-                concurrency: int | None = None) -> list[str]:
+                concurrency: int | None = None, settings: Settings | None = None) -> list[str]:
     """The command line of the worker of one installed transport (on a lane, the lane's),
-    with ``concurrency`` processes or, if None, as many as the transport declares."""
-    cls = transports.installed()[kind]
-    queues = [cls.queue(lane), *([SWEEP_QUEUE] if sweep else [])]
+    with ``concurrency`` processes or, if None, as many as the kind's policy says."""
+    transports.installed()[kind]  # KeyError: not installed
+    chosen = policy.policy(kind, settings or get_settings())
+    queues = [policy.queue(kind, lane), *([SWEEP_QUEUE] if sweep else [])]
     return [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "-E",
             "-Q", ",".join(queues), "-n", node_name(kind, lane),
-            "-c", str(concurrency or cls.worker_concurrency),
-            "--prefetch-multiplier", str(cls.prefetch_multiplier),
+            "-c", str(concurrency or chosen.concurrency),
+            "--prefetch-multiplier", str(chosen.prefetch),
             "--loglevel", LOG_LEVEL]
 
 
-def commands(lane: str = "", concurrency: int | None = None) -> dict[str, list[str]]:
+def commands(lane: str = "", concurrency: int | None = None,
+             settings: Settings | None = None) -> dict[str, list[str]]:
     """``worker-<kind>``: its command line, for every installed transport.
 
     Without a lane one of them also serves the sweeper's queue (the inbox
@@ -80,7 +83,7 @@ def commands(lane: str = "", concurrency: int | None = None) -> dict[str, list[s
     """
     kinds = list(transports.installed())
     sweeper = "" if lane else (SWEEP_TRANSPORT if SWEEP_TRANSPORT in kinds else kinds[0])
-    return {PROCESS_PREFIX + kind: worker_argv(kind, lane, kind == sweeper, concurrency)
+    return {PROCESS_PREFIX + kind: worker_argv(kind, lane, kind == sweeper, concurrency, settings)
             for kind in kinds}
 
 
@@ -97,7 +100,7 @@ def exec_worker(name: str) -> None:
 def run(lane: str = "") -> int:
     """Run the pool until SIGINT or SIGTERM (0) or one of its workers dies (1)."""
     settings = get_settings()
-    table = commands(lane, settings.worker_concurrency)
+    table = commands(lane, settings.worker_concurrency, settings)
     out = children.Output([POOL_NAME, *table], settings.log_format == logs.JSON)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     served = ", ".join(q for argv in table.values() for q in argv[argv.index("-Q") + 1].split(","))

@@ -2,7 +2,7 @@
 
 Built-ins and third-party transports alike are found through the entry point
 group ``courier.transports`` (name -> a ``Transport`` subclass). The API reads
-their declarations (settings model, queue, batch size) without starting them;
+their declarations (settings model, batch size) without starting them;
 workers start one instance of each per process.
 """
 

@@ -1,10 +1,12 @@
-"""The contract every transport keeps: a leased delivery in, an outcome out.
+"""The contract every transport keeps: a delivery in, an outcome out.
 
-A transport declares what Courier needs to route and run it (its kind, the
-settings model an agent registers with, its batch size, whether it is
-idempotent by delivery id, its lease length) and implements one call,
-``deliver``. Leasing, recording, retry scheduling and endpoint health are the
-worker's (``workers.dispatch``), the same for every transport.
+A transport declares what is its nature (its kind, the settings model an agent
+registers with, its batch size, how many it carries at once, whether it is
+idempotent by delivery id, whether it wants the message) and implements one
+call, ``deliver``, on plain values. Leasing, recording, retry scheduling and
+endpoint health are the worker's (``workers.dispatch``), the same for every
+transport; queues, worker processes, prefetch, lease length and the retry
+schedule are deployment policy per kind (``messaging.transports.policy``).
 
 ``deliver`` calls ``delivery.hand_off()`` just before anything leaves for the
 receiver. What it raises before that is a failure known to be before hand-off
@@ -23,7 +25,6 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from messaging.config import Settings
-from messaging.store.deliveries import Leased
 from messaging.types import Json
 
 
@@ -70,8 +71,9 @@ class TransportSettings(BaseModel):
 class Delivery:
     """One leased delivery, as a transport sees it."""
 
+    delivery_id: str  # the same on every attempt and redrive
+    attempt: int  # this attempt's number, from 1
     project_id: str
-    lease: Leased
     recipient: Json  # the agent as stored (id, name, ref, ...)
     settings: TransportSettings  # the recipient's, validated again at dispatch
     # The message as its recipient may see it, with delivery_id and
@@ -79,17 +81,10 @@ class Delivery:
     message: Json = field(default_factory=dict)
     # The worker's bookkeeping at hand-off (raises when the lease was lost).
     on_hand_off: Callable[[], None] | None = None
+    # The lease's fencing token: what a transport writing to Courier's own
+    # store checks, so a worker that lost the lease writes nothing.
+    fence: int = 0
     handed_off: bool = False
-
-    @property
-    def delivery_id(self) -> str:
-        """The delivery id: the same on every attempt and redrive."""
-        return self.lease.delivery_id
-
-    @property
-    def attempt(self) -> int:
-        """This attempt's number, from 1."""
-        return self.lease.attempt
 
     def hand_off(self) -> None:
         """Mark that the request is leaving: from now on a crash is uncertainty."""
@@ -113,18 +108,9 @@ class Transport(ABC):
     # own with its own lease and hand-off mark: for transports whose call
     # mostly waits on a receiver. ``deliver`` must then be thread-safe.
     parallel: ClassVar[int] = 1
-    # The transport's Celery worker (``courier up``, the Procfile's ``workers``):
-    # processes, and tickets each reserves ahead (1: a slow task holds no other back).
-    worker_concurrency: ClassVar[int] = 2
-    prefetch_multiplier: ClassVar[int] = 1
 
     def __init__(self, settings: Settings) -> None:
         self.courier = settings
-
-    @property
-    def lease_s(self) -> float:
-        """How long a worker owns a delivery of this transport once leased."""
-        return self.courier.webhook_timeout_s + self.courier.webhook_lease_margin_s
 
     @abstractmethod
     def deliver(self, delivery: Delivery) -> Outcome:
@@ -142,8 +128,3 @@ class Transport(ABC):
             except Exception as e:  # judged per delivery by the worker
                 out.append(e)
         return out
-
-    @classmethod
-    def queue(cls, lane: str = "") -> str:
-        """The queue of this transport's deliveries (on a lane, the lane's)."""
-        return f"deliver.{cls.kind}.{lane}" if lane else f"deliver.{cls.kind}"

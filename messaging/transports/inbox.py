@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from messaging.config import Settings
-from messaging.store.deliveries import DeliveryStore
+from messaging.store.deliveries import DeliveryStore, Leased
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 
 LEASE_LOST = "the lease was lost before the inbox put: another worker owns this delivery"
@@ -24,11 +24,6 @@ class InboxTransport(Transport):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._store: DeliveryStore | None = None
-
-    @property
-    def lease_s(self) -> float:
-        """How long a worker owns an inbox delivery before another may finish it."""
-        return self.courier.inbox_lease_s
 
     @property
     def store(self) -> DeliveryStore:
@@ -51,5 +46,12 @@ class InboxTransport(Transport):
         for delivery in deliveries:
             delivery.hand_off()
         project_id = deliveries[0].project_id
-        put = self.store.put_inbox(project_id, [d.lease for d in deliveries])
+        put = self.store.put_inbox(project_id, [_fenced(d) for d in deliveries])
         return [Outcome(OutcomeKind.ACCEPTED) if ok else RuntimeError(LEASE_LOST) for ok in put]
+
+
+def _fenced(delivery: Delivery) -> Leased:
+    """What the inbox put checks of a delivery: its id, recipient and fencing token."""
+    return Leased(delivery.delivery_id, delivery.fence, str(delivery.recipient["id"]),
+                  message_id="", sender_id="", attempt=delivery.attempt, round_attempt=0,
+                  admitted_us=0)

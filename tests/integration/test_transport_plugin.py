@@ -32,6 +32,7 @@ from tests.plugins.echo import echo_installed
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until
 
+ECHO_POLICY = json.dumps({"echo": {"lease_s": 10, "retry_schedule_s": [0.2, 0.2, 0.2]}})
 # Sends (and how long each waits) until Flower lists a delivery task of the project.
 WARM_UP_SENDS = 5
 WARM_UP_WAIT_S = 4.0
@@ -45,7 +46,9 @@ ERRORS = ("ValueError", "KeyError", "RuntimeError", "OSError", "TypeError",
 def echo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """courier-echo installed; a stack whose worker serves the echo queue too."""
     with echo_installed():
-        s = make_stack(tmp_path_factory.mktemp("echo"), webhook_retry_schedule_s="0.2,0.2,0.2")
+        # The echo kind's policy is its own: the webhook's settings never reach it.
+        s = make_stack(tmp_path_factory.mktemp("echo"), webhook_retry_schedule_s="600",
+                       transport_policy=ECHO_POLICY)
         try:
             s.start_worker(queues="deliver.inbox,deliver.echo,courier.sweep", concurrency=2)
             yield s

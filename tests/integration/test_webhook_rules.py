@@ -17,7 +17,7 @@ from messaging import transports
 from messaging.client import CourierAPIError
 from messaging.config import Settings
 from messaging.store import keys
-from messaging.store.deliveries import DeliveryStore, Leased
+from messaging.store.deliveries import DeliveryStore
 from messaging.transports.base import Delivery, OutcomeKind
 from messaging.transports.webhook import WebhookTransport
 from tests.receiver import Receiver
@@ -146,8 +146,7 @@ def test_the_request_goes_to_the_address_checked_not_to_a_second_answer(
     try:
         transport = WebhookTransport(courier)
         hook = transports.parse("webhook", {"kind": "webhook", "url": url}, courier)
-        lease = Leased("dlv_x", 1, "agt_x", "msg_x", "agt_y", 1, 1, 0)
-        outcome = transport.deliver(Delivery("prj_x", lease, {}, hook, {"id": "msg_x"}))
+        outcome = transport.deliver(Delivery("dlv_x", 1, "prj_x", {}, hook, {"id": "msg_x"}))
         assert outcome.kind == OutcomeKind.ACCEPTED
         assert checked.count("/hook") == 1 and rebound.count("/hook") == 0
         assert checked.requests("/hook")[0].headers["host"] == urlsplit(url).netloc

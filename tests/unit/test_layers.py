@@ -41,6 +41,8 @@ def test_the_layers_hold_on_this_tree() -> None:
         ("messaging/store/keys.py", "import workers.app", "never the reverse"),
         ("messaging/store/keys.py", "import messaging.service.sending", "layers point down"),
         ("messaging/service/views.py", "import messaging.web.app", "layers point down"),
+        ("messaging/transports/base.py", "import messaging.store.deliveries",
+         "not the store's types"),
     ],
 )
 def test_an_import_against_a_layer_fails_the_check(

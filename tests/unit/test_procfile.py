@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from messaging import transports
-from messaging.config import Settings
+from messaging.config import Settings, get_settings
 from messaging.runtime import procfile, workerpool
 from messaging.runtime.supervisor import child_env, process_table
+from messaging.transports import policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,13 +67,14 @@ def test_children_get_every_set_setting(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_workers_line_is_one_worker_per_installed_transport_with_its_own_options() -> None:
     table = workerpool.commands()
     assert set(table) == {f"worker-{kind}" for kind in transports.installed()}
-    for kind, cls in transports.installed().items():
+    for kind in transports.installed():
         argv = table[f"worker-{kind}"]
         assert argv[:6] == [sys.executable, "-m", "celery", "-A", "workers.app", "worker"]
         assert "-E" in argv
         assert argv[argv.index("-n") + 1] == f"{kind}@%h"
-        assert argv[argv.index("-c") + 1] == str(cls.worker_concurrency)
-        assert argv[argv.index("--prefetch-multiplier") + 1] == str(cls.prefetch_multiplier)
+        chosen = policy.policy(kind, get_settings())
+        assert argv[argv.index("-c") + 1] == str(chosen.concurrency)
+        assert argv[argv.index("--prefetch-multiplier") + 1] == str(chosen.prefetch)
         assert argv[argv.index("--loglevel") + 1] == "INFO"
     queues = {name: argv[argv.index("-Q") + 1] for name, argv in table.items()}
     assert queues["worker-inbox"] == "deliver.inbox,courier.sweep"

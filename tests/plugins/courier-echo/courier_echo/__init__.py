@@ -61,10 +61,6 @@ class EchoTransport(Transport):
     # Several deliveries of a send are carried at once, each on its own thread.
     parallel = 4
 
-    @property
-    def lease_s(self) -> float:
-        return 10.0
-
     def deliver(self, delivery: Delivery) -> Outcome:
         settings = delivery.settings
         assert isinstance(settings, EchoSettings)
