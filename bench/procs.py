@@ -199,9 +199,10 @@ class Cluster:
             wait_http(proc, url)
         return proc, url
 
-    def start_api_and_worker(self) -> str:
-        """The API and the inbox worker, started side by side; the API's URL once it answers."""
-        api, url = self.start_http(wait=False)
+    def start_api_and_worker(self, **overrides: object) -> str:
+        """The API (with ``overrides`` of its settings) and the inbox worker, started side by
+        side; the API's URL once it answers."""
+        api, url = self.start_http(wait=False, **overrides)
         self.start_worker()
         wait_http(api, url)
         return url

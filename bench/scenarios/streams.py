@@ -90,7 +90,8 @@ def run(ctx: Context) -> dict[str, Any]:
     """Sends and reads without streams, then beside 270 open ones."""
     s = ctx.sizes
     with ctx.cluster("streams") as c:
-        url = c.start_api_and_worker()
+        # Every client of the run shares one address: no cap on its connections.
+        url = c.start_api_and_worker(max_connections_per_address=0)
         pop = populate(url, c.operator_token, ring(AGENTS))
         ctx.say(f"streams: {OTHER_PROJECTS} other projects")
         others = [populate(url, c.operator_token, ["Solo", "Peer"])

@@ -213,6 +213,8 @@ class Outage(logging.Filter):
         record.msg = "lost the connection to the store or broker (%s); one line when it is back"
         record.args = (reason,)
         record.exc_info, record.exc_text, record.stack_info = None, None, None
+        # Celery's task-failure record carries the traceback again as extra data.
+        record.__dict__.pop("data", None)
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         setattr(record, OUTAGE_ATTR, "lost")
         threading.Thread(target=self._wait_for_it, name="courier-outage", daemon=True).start()

@@ -9,6 +9,7 @@ import httpx
 import redis.exceptions
 from kombu.exceptions import OperationalError
 
+from messaging.runtime import logs
 from messaging.runtime.logs import connection_error, json_line
 
 
@@ -46,3 +47,19 @@ def test_a_plain_line_becomes_a_json_line_and_a_json_line_stays() -> None:
     line = json_line("courier", "API:    http://127.0.0.1:8787")
     assert line.startswith("{") and '"process": "courier"' in line and '"ts": ' in line
     assert json_line("api", '{"event": "x"}') == '{"event": "x"}'
+
+
+def test_a_task_failure_from_a_lost_store_becomes_the_lost_line_without_its_traceback() -> None:
+    try:
+        raise redis.exceptions.TimeoutError("Timeout reading from socket")
+    except redis.exceptions.TimeoutError:
+        exc_info = sys.exc_info()
+    # As Celery writes a task failure: the traceback again in its extra data.
+    record = logging.LogRecord("celery.app.trace", logging.ERROR, __file__, 1,
+                               "Task %(name)s raised unexpected", None, exc_info)
+    record.data = {"traceback": "Traceback (most recent call last): ..."}
+    outage = logs.Outage(probe=lambda: None, interval_s=0.01)
+    assert outage.filter(record)
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert "data" not in record.__dict__
+    assert "lost the connection" in record.getMessage()
