@@ -3,7 +3,7 @@
 Project B sends and reads its inbox at a steady rate (two open-loop load
 generators) in windows that take turns: one with nothing else running, one
 while project A's thread of crafted bodies (``![``, ``[``, ``*_``, nested
-lists, a long table: each costs the parser seconds) is asked for rendered by
+lists, a long table: each costs a backtracking parser seconds) is asked for rendered by
 two viewers, each every second (four consoles' worth: the console refreshes a
 thread every two seconds), and A posts a new crafted body
 into it every two seconds, so the render budget is spent throughout. Turns,
@@ -43,7 +43,7 @@ B_CONNECTIONS = 8
 VIEWERS = 2
 VIEW_EVERY_S = 1.0
 POST_EVERY_S = 2.0
-# Each crafted body's size: every shape costs the parser seconds at this size.
+# Each crafted body's size: every shape costs a backtracking parser seconds at this size.
 CRAFTED_CHARS = 50_000
 # A body the budget could not render, as it starts in the JSON answer.
 UNRENDERED_JSON = b'<pre class=\\"unrendered\\">'

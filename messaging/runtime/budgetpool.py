@@ -41,6 +41,9 @@ def _serve(conn: Connection, work: Work) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the parent
     with contextlib.suppress(OSError):
         os.nice(CHILD_NICENESS)
+    with contextlib.suppress(OSError, AttributeError):  # Linux only
+        # Idle scheduling: any runnable task of normal priority takes the core at once.
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     while True:
         try:
             text = conn.recv()
