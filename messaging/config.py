@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     trusted_proxies: str = Field(default="", description=(
         "Addresses or networks of proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` the"
         " API believes, comma separated. Unset: none; each connection's peer is the client."))
+    api_processes: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256,
+                               description=(
+        "API processes on the one port (`courier up`, the Procfile's `api`); default: the"
+        " machine's cores."))
     max_connections_per_address: int = Field(default=256, ge=0, description=(
         "Connections open at once from one client address (a trusted proxy is not counted;"
         " `0`: no cap)."))

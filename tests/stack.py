@@ -280,6 +280,9 @@ def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> St
         "COURIER_OUTBOX_GRACE_S": "2",
         "COURIER_SWEEP_INTERVAL_S": "0.5",
         "COURIER_RATE_LIMIT_PER_S": "0",
+        # One API process per stack keeps runs lean on small machines; tests of
+        # several processes ask for them (test_api_processes.py).
+        "COURIER_API_PROCESSES": "1",
         # Tests read the workers' per-task lines (off by default).
         "COURIER_LOG_TASKS": "1",
         **{f"COURIER_{k.upper()}": v for k, v in settings.items()},

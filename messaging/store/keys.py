@@ -18,6 +18,9 @@ Only ring_next touches one (its ring, alone), so no script crosses cluster slots
                                                   version 1, or a new store           no TTL
     courier:migration_lock                 string the process migrating the data forward
                                                                                  lock time
+    courier:rate:token:<sha256>            string when a token's request rate bucket is
+    courier:rate:address:<sha256(address)>        full again (µs), shared by every API
+                                                  process (take_request.lua)  until then
 
 Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
@@ -120,6 +123,16 @@ def _digest(value: str) -> str:
 def token(token_hash: str) -> str:
     """Where a token's scope lives, by the token's hash."""
     return f"{PREFIX}:token:{token_hash}"
+
+
+def token_rate(token_hash: str) -> str:
+    """A token's request rate bucket, by the token's hash."""
+    return f"{PREFIX}:rate:token:{token_hash}"
+
+
+def address_rate(address: str) -> str:
+    """The request rate bucket of a client address without a valid token."""
+    return f"{PREFIX}:rate:address:{_digest(address)}"
 
 
 def project_by_key(project_key: str) -> str:

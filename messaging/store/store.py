@@ -107,6 +107,12 @@ class Store:
             return {}
         return scope
 
+    async def take_request(self, bucket: str, interval_us: int, burst_us: int) -> int:
+        """One request from a rate bucket every API process shares (``take_request.lua``):
+        0 when it may go, else the µs until one may."""
+        return int(await self.scripts["take_request"](keys=[bucket],
+                                                      args=[interval_us, burst_us]))
+
     async def _forget_token(self, token_hash: str) -> None:
         """Remove a token's scope record (its agent no longer points at it)."""
         if token_hash:

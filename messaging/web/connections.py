@@ -7,7 +7,9 @@ likes (httptools also keeps headers of any size). Here each connection must
 send the request line and headers of each request within ``HEADER_TIMEOUT_S``
 of opening (or of the previous answer), in at most ``MAX_HEADER_BYTES``; a
 client address may hold at most ``max_per_address`` connections at once
-(trusted proxies are not counted: they carry many clients). Refusals are
+(trusted proxies are not counted: they carry many clients). With several API
+processes on one port, each holds its even share of the cap, so that together
+they never hold more. Refusals are
 answered in the API's error shape and the connection is closed.
 
 The body is read from the socket only once the app asks for it (uvicorn reads
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from messaging.config import get_settings
 from messaging.errors import CourierError
 
 # A client sends each request's line and headers within this long.
@@ -54,6 +57,7 @@ class CourierHttp(HttpToolsProtocol):
 
     max_per_address: ClassVar[int] = 0
     trusted: ClassVar[tuple[Network, ...]] = ()
+    configured: ClassVar[bool] = False
     # Connections open per client address, for the whole process.
     open_per_address: ClassVar[Counter[str]] = Counter()
 
@@ -65,12 +69,18 @@ class CourierHttp(HttpToolsProtocol):
         self._awaiting_headers = True
 
     @classmethod
-    def configure(cls, max_per_address: int, trusted: list[str]) -> None:
-        """Set the per-address cap and the proxies it does not apply to."""
-        cls.max_per_address = max_per_address
+    def configure(cls, max_per_address: int, trusted: list[str], processes: int = 1) -> None:
+        """Set the per-address cap (of all ``processes`` together) and the proxies it does
+        not apply to."""
+        cls.max_per_address = max_per_address and max(1, max_per_address // processes)
         cls.trusted = tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
+        cls.configured = True
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self.configured:  # an API process of several, started by uvicorn's supervisor
+            settings = get_settings()
+            self.configure(settings.max_connections_per_address, settings.trusted_proxy_list,
+                           settings.api_processes)
         super().connection_made(transport)
         address = self.client[0] if self.client else ""
         if self.max_per_address and not self._is_trusted(address):

@@ -48,7 +48,7 @@ async def caller(
 ) -> Caller:
     """The caller of this request, as the gate found it from the headers."""
     svc = await services(request)
-    return svc.gate.caller(auth_of(request.scope))
+    return await svc.gate.caller(auth_of(request.scope))
 
 
 Svc = Annotated[Services, Depends(services)]

@@ -2,7 +2,8 @@
 
 ``Authenticate`` (ASGI middleware, outermost but for the connection rules)
 reads the ``Authorization`` header of each request once, before any of its
-body is read: one hash of the token, one lookup, one rate-limit check. What
+body is read: one hash of the token, one lookup, one rate-limit check (in the
+store, so that every API process spends from the same buckets). What
 it found (``Auth``: the caller, or why there is none) goes into the request's
 scope; routes, streams, MCP and the fair share read it from there
 (``auth_of``). A request without a valid token that carries a body is
@@ -29,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from messaging import ids
 from messaging.errors import CourierError, store_unavailable, unauthenticated
 from messaging.service.caller import Caller, CallerKind, authenticate, bearer
+from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web.ratelimit import RateLimiter
@@ -60,8 +62,9 @@ class Gate:
     def __init__(self, store: Store, operator_token: str, rate_per_s: float) -> None:
         self.store = store
         self.operator_token = operator_token
-        self.tokens = RateLimiter(rate_per_s, "token")
-        self.addresses = RateLimiter(rate_per_s, "address without a valid token")
+        self.tokens = RateLimiter(store, rate_per_s, "token", keys.token_rate)
+        self.addresses = RateLimiter(store, rate_per_s, "address without a valid token",
+                                     keys.address_rate)
 
     async def authenticate(self, scope: Scope) -> Auth:
         """What the request's headers say of its caller (the token hashed once)."""
@@ -74,18 +77,20 @@ class Gate:
         try:
             caller = await authenticate(self.store, self.operator_token, token, token_hash)
         except CourierError as exc:
-            return Auth(None, self._limited(address) or exc, address, anonymous)
+            return Auth(None, await self._limited(address) or exc, address, anonymous)
         except STORE_DOWN:  # answered like any route's store failure, from the scope
             return Auth(None, store_unavailable(), address, anonymous)
         group = (OPERATOR_GROUP if caller.kind is CallerKind.OPERATOR
                  else str(caller.project_id))
         try:
-            self.tokens.check(token_hash)
+            await self.tokens.check(token_hash)
         except CourierError as exc:
             return Auth(None, exc, address, group)
+        except STORE_DOWN:
+            return Auth(None, store_unavailable(), address, group)
         return Auth(caller, None, address, group)
 
-    def caller(self, auth: Auth) -> Caller:
+    async def caller(self, auth: Auth) -> Caller:
         """The request's caller.
 
         Raises:
@@ -95,15 +100,17 @@ class Gate:
             return auth.caller
         if auth.refusal is not None:
             raise auth.refusal
-        raise (self._limited(auth.address)
+        raise (await self._limited(auth.address)
                or unauthenticated("send Authorization: Bearer <token>"))
 
-    def _limited(self, address: str) -> CourierError | None:
+    async def _limited(self, address: str) -> CourierError | None:
         """The 429 of an address past its rate, else None (one request spent)."""
         try:
-            self.addresses.check(address)
+            await self.addresses.check(address)
         except CourierError as exc:
             return exc
+        except STORE_DOWN:
+            return store_unavailable()
         return None
 
 
@@ -122,7 +129,7 @@ class Authenticate:
         scope[AUTH_SCOPE_KEY] = auth
         if auth.caller is None and has_body(scope):
             try:
-                gate.caller(auth)
+                await gate.caller(auth)
             except CourierError as exc:
                 await refuse(exc, scope, receive, send)
                 return

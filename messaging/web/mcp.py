@@ -116,7 +116,7 @@ class BearerAgent:
             return
         svc: Services = scope["app"].state.services
         try:
-            caller = svc.gate.caller(auth_of(scope))
+            caller = await svc.gate.caller(auth_of(scope))
             project_id, agent_id = caller.require_agent()
         except CourierError as exc:
             await _answer(exc, scope, receive, send)

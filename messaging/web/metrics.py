@@ -4,7 +4,7 @@ Sends are counted where every face's sends pass, the send service
 (``courier_admissions``, ``messaging.service.sending``), and every error answer
 of every face (the gate's 401 and 429 included), by code and face, where
 answers leave (``courier_refusals``, ``messaging.web.refusals``);
-all by each API process. Delivery figures come from the store's per-project
+added up over the API's processes. Delivery figures come from the store's per-project
 counters (``keys.stats``), which every worker on every machine writes in the
 same scripts that record outcomes, so any API process shows the whole
 deployment. Queue depths are read from the broker.
@@ -12,10 +12,11 @@ deployment. Queue depths are read from the broker.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -29,6 +30,8 @@ from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
 
 OUTCOMES = ("accepted", "rejected", "failed", "unknown")
+# Set by the API's launcher when several processes serve one port (messaging.web.serve).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Used memory this close to maxmemory, beyond the largest body, counts as full.
 FULL_MARGIN_BYTES = 64 * 1024
 
@@ -154,7 +157,16 @@ def render(totals: dict[str, int], due: int, depths: dict[str, int],
            memory: tuple[int, int],
            backlogs: list[tuple[str, str, int]] | None = None, unindexed: int = 0,
            disk: tuple[int, int] = (0, 0)) -> bytes:
-    """The exposition text: this process's counters and the deployment's figures."""
+    """The exposition text: the API's counters and the deployment's figures."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Snapshot(totals, due, depths, memory, backlogs, unindexed, disk))
-    return generate_latest(REGISTRY) + generate_latest(registry)
+    return generate_latest(api_counters()) + generate_latest(registry)
+
+
+def api_counters() -> CollectorRegistry:
+    """This API's counters: every process's, added up, when several serve the port."""
+    if not os.environ.get(METRICS_DIR_ENV):
+        return REGISTRY
+    merged = CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    return merged

@@ -1,31 +1,32 @@
-"""Requests per second per key (token hash, client address): token buckets per process."""
+"""Requests per second per key (a token, a client address), counted in the store.
+
+Every API process, on every machine, spends from the same bucket
+(``take_request.lua``), so a client's rate is the same however many
+processes serve it and whichever one each connection lands on. A bucket
+holds one second's worth of requests (at least one).
+"""
 
 from __future__ import annotations
 
 import math
-import time
-from collections import OrderedDict
+from collections.abc import Callable
 
 from messaging.errors import CourierError
+from messaging.store.store import Store
 
-# Buckets kept at most; the least recently used are forgotten first.
-MAX_KEYS_TRACKED = 50_000
+US_PER_S = 1_000_000
 
 
 class RateLimiter:
     """Allows ``rate_per_s`` requests per key per second, bursts of one second's worth."""
 
-    def __init__(self, rate_per_s: float, what: str) -> None:
-        self.rate = rate_per_s
-        self.what = what
-        self.capacity = max(rate_per_s, 1.0)
-        self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+    def __init__(self, store: Store, rate_per_s: float, what: str,
+                 bucket: Callable[[str], str]) -> None:
+        self.store, self.rate, self.what, self.bucket = store, rate_per_s, what, bucket
+        self.interval_us = math.ceil(US_PER_S / rate_per_s) if rate_per_s > 0 else 0
+        self.burst_us = math.ceil(max(rate_per_s, 1.0) * self.interval_us)
 
-    def _level(self, key: str, now: float) -> float:
-        level, last = self.buckets.get(key, (self.capacity, now))
-        return min(self.capacity, level + (now - last) * self.rate)
-
-    def check(self, key: str) -> None:
+    async def check(self, key: str) -> None:
         """Take one request from the key's bucket.
 
         Raises:
@@ -33,19 +34,14 @@ class RateLimiter:
         """
         if self.rate <= 0:
             return
-        now = time.monotonic()
-        level = self._level(key, now)
-        self.buckets.pop(key, None)
-        if level < 1.0:
-            self.buckets[key] = (level, now)
-            raise self.refusal(level)
-        self.buckets[key] = (level - 1.0, now)
-        if len(self.buckets) > MAX_KEYS_TRACKED:
-            self.buckets.popitem(last=False)
+        wait_us = await self.store.take_request(self.bucket(key), self.interval_us,
+                                                self.burst_us)
+        if wait_us > 0:
+            raise self.refusal(wait_us)
 
-    def refusal(self, level: float = 0.0) -> CourierError:
-        """The 429 of an empty bucket."""
-        wait_s = max(1, math.ceil((1.0 - level) / self.rate))
+    def refusal(self, wait_us: int) -> CourierError:
+        """The 429 of an empty bucket, ``wait_us`` from room for one more."""
+        wait_s = max(1, math.ceil(wait_us / US_PER_S))
         return CourierError(
             "RATE_LIMITED", f"more than {self.rate:g} requests per second from this {self.what}",
             {"retry_after_s": wait_s}, headers={"Retry-After": str(wait_s)},

@@ -1,0 +1,142 @@
+"""Several API processes act as one: rate limits, stream caps and /metrics span them.
+
+Two kinds of several: two API processes on two ports (as on two machines), and
+one API of two processes on one port (``COURIER_API_PROCESSES``), whose
+connections land on either process as the kernel hands them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Project
+from tests.stack import Proc, Stack
+
+RATE_PER_S = 5
+STREAMS_PER_AGENT = 4
+REQUESTS = 20
+
+
+@pytest.fixture
+def two_apis(stack: Stack) -> Iterator[list[str]]:
+    """Two API processes of the shared store, each rate-limiting at ``RATE_PER_S``."""
+    env = {"COURIER_RATE_LIMIT_PER_S": str(RATE_PER_S)}
+    started: list[Proc] = []
+    urls: list[str] = []
+    try:
+        for _ in range(2):
+            proc, url = stack.start_api(env=env)
+            started.append(proc)
+            urls.append(url)
+        yield urls
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+def _spend(urls: list[str], headers: dict[str, str], path: str) -> tuple[list[int], float]:
+    """``REQUESTS`` requests, alternating between the APIs; their statuses and time taken."""
+    clients = [httpx.Client(base_url=url, headers=headers, timeout=10) for url in urls]
+    started = time.monotonic()
+    try:
+        codes = [clients[n % len(clients)].get(path).status_code for n in range(REQUESTS)]
+    finally:
+        for client in clients:
+            client.close()
+    return codes, time.monotonic() - started
+
+
+def test_a_token_s_rate_is_one_budget_across_two_api_processes(project: Project,
+                                                                two_apis: list[str]):
+    bob = project.agent("Bob")
+    codes, took_s = _spend(two_apis, {"Authorization": f"Bearer {bob.row['token']}"},
+                           "/v1/agents/me/inbox")
+    allowed = codes.count(200)
+    # One second's burst, plus what refilled while the requests ran; apart, each
+    # process would have let its own burst through (twice as many).
+    assert RATE_PER_S <= allowed <= RATE_PER_S + 1 + int(RATE_PER_S * took_s), (codes, took_s)
+    assert set(codes) == {200, 429}, codes
+
+
+def test_an_address_without_a_token_has_one_budget_across_two_api_processes(
+        two_apis: list[str]):
+    codes, took_s = _spend(two_apis, {"Authorization": "Bearer cat_not_a_token"},
+                           "/v1/agents/me/inbox")
+    refused = codes.count(401)
+    assert RATE_PER_S <= refused <= RATE_PER_S + 1 + int(RATE_PER_S * took_s), (codes, took_s)
+    assert set(codes) == {401, 429}, codes
+
+
+def test_an_agent_s_streams_are_capped_across_two_api_processes(project: Project,
+                                                                two_apis: list[str]):
+    # Each stream's request spends from the rate: a bucket of RATE_PER_S holds all five.
+    bob = project.agent("Bob")
+    auth = {"Authorization": f"Bearer {bob.row['token']}"}
+
+    async def scenario() -> list[int]:
+        clients = [httpx.AsyncClient(base_url=url, headers=auth, timeout=30) for url in two_apis]
+        held = []
+        codes: list[int] = []
+        try:
+            for n in range(STREAMS_PER_AGENT):
+                ctx = clients[n % 2].stream("GET", "/v1/agents/me/events")
+                held.append(ctx)
+                codes.append((await ctx.__aenter__()).status_code)
+            fifth = await clients[0].get("/v1/agents/me/events")
+            codes.append(fifth.status_code)
+            assert fifth.json()["error"]["code"] == "RATE_LIMITED"
+        finally:
+            for ctx in held:
+                await ctx.__aexit__(None, None, None)
+            for client in clients:
+                await client.aclose()
+        return codes
+
+    assert asyncio.run(scenario()) == [200] * STREAMS_PER_AGENT + [429]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _refusals(metrics: str, code: str) -> float:
+    found = re.search(rf'^courier_refusals_total\{{code="{code}",face="http"\}} (\S+)$',
+                      metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_one_api_of_two_processes_serves_its_port_and_adds_up_its_counters(stack: Stack):
+    api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
+    try:
+        serving = [pid for pid in _children(api.popen.pid)
+                   if b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(serving) == 2, serving
+        # Each on a new connection, so that both processes answer some.
+        for _ in range(REQUESTS):
+            with httpx.Client(base_url=url, timeout=10) as anonymous:
+                assert anonymous.get("/v1/agents/me/inbox", headers={
+                    "Authorization": "Bearer cat_not_a_token"}).status_code == 401
+        operator = {"Authorization": f"Bearer {stack.operator_token}"}
+        seen = []
+        for _ in range(6):
+            with httpx.Client(base_url=url, headers=operator, timeout=10) as op:
+                seen.append(_refusals(op.get("/metrics").text, "UNAUTHENTICATED"))
+        assert seen == [REQUESTS] * 6, seen
+    finally:
+        api.stop()
