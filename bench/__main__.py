@@ -45,6 +45,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--backlog", type=int, help="deliveries of the delivery scenario")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep", action="store_true", help="keep the temp dir with process logs")
+    p.add_argument("--api-processes", type=int, default=None,
+                   help="API processes of each server, Courier's and the baseline's "
+                        "(default: the machine's cores, as COURIER_API_PROCESSES)")
     p.add_argument("--profile", action="store_true",
                    help="py-spy the API under admission load and the worker draining")
     return p.parse_args(argv)
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as exc:
             print(exc, file=sys.stderr)
             return EXIT_HARNESS
-    ctx = Context(sizes, workdir, keep=args.keep, profile_dir=profile_dir)
+    ctx = Context(sizes, workdir, keep=args.keep, profile_dir=profile_dir,
+                  api_processes=args.api_processes)
     results: dict[str, Any] = {}
     try:
         for name in names:
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": stamp,
         "elapsed_s": round(time.monotonic() - ctx.started, 1),
         "quick": args.quick,
+        "api_processes": args.api_processes or os.cpu_count(),
         "revision": revision(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},

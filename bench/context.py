@@ -19,13 +19,15 @@ class Context:
     workdir: Path
     keep: bool = False
     profile_dir: Path | None = None  # where py-spy profiles go; None: no profiling
+    # API processes of each server (Courier's and the trivial endpoint's); None: the default.
+    api_processes: int | None = None
     started: float = field(default_factory=time.monotonic)
 
     def cluster(self, name: str) -> Cluster:
         """A fresh store (and room for processes) for one scenario."""
         root = self.workdir / name
         root.mkdir(parents=True, exist_ok=True)
-        return Cluster(root, keep=self.keep)
+        return Cluster(root, keep=self.keep, api_processes=self.api_processes)
 
     def say(self, text: str) -> None:
         """Progress, on stderr, so stdout holds only the table."""

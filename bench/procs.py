@@ -130,6 +130,7 @@ class Cluster:
 
     root: Path
     keep: bool = False
+    api_processes: int | None = None  # None: the default (the machine's cores)
     store: Store = field(init=False)
     operator_token: str = field(init=False)
     procs: list[Proc] = field(default_factory=list)
@@ -161,6 +162,8 @@ class Cluster:
             # The benchmark measures the engine, not the per-agent limiter.
             "rate_limit_per_s": 0.0,
         }
+        if self.api_processes is not None:
+            values["api_processes"] = self.api_processes
         return Settings(**{**values, **overrides})  # type: ignore[arg-type]
 
     def env(self, settings: Settings) -> dict[str, str]:

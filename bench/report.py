@@ -186,10 +186,22 @@ def rendering_rows(r: Json) -> list[Row]:
     return rows
 
 
+def mcp_rows(r: Json) -> list[Row]:
+    """The API's CPU and the wall time per send over MCP, against the same over HTTP."""
+    base = f"HTTP, {r['sends']} sequential sends"
+    h, m = r["http"], r["mcp"]
+    return [
+        _row("mcp", "API CPU ms per send over MCP", m["api_cpu_ms_per_send"],
+             h["api_cpu_ms_per_send"], base, "<= 1.2x", _at_most(1.2), on_ratio=True),
+        _row("mcp", "wall ms per send over MCP", m["wall_ms_per_send"],
+             h["wall_ms_per_send"], base),
+    ]
+
+
 ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
         "fairness": fairness_rows, "streams": streams_rows,
-        "rendering": rendering_rows}
+        "rendering": rendering_rows, "mcp": mcp_rows}
 
 
 def rows(results: Json) -> list[Row]:

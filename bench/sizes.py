@@ -44,6 +44,8 @@ class Sizes:
     render_s: float = 30.0
     render_turns: int = 3
     render_rate_per_s: float = 10.0
+    # MCP against HTTP: sequential sends over each face.
+    mcp_sends: int = 300
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
@@ -53,4 +55,4 @@ QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
               search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
               fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3,
-              render_s=3.0, render_turns=1)
+              render_s=3.0, render_turns=1, mcp_sends=20)
