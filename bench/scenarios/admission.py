@@ -32,10 +32,14 @@ def run(ctx: Context) -> dict[str, Any]:
             raise BenchError(f"trivial endpoint: {base.statuses}, {base.errors[:1]}")
 
         ctx.say("admission: Courier API (publisher on, no worker)")
+        with c.redis() as r:
+            before = _commands(r)
         with profiled(api, ctx.profile_dir, "admission-api"):
             load = loadgen.run(LoadSpec(url, requests, s.concurrency, s.admission_s,
                                         s.warmup_s, keep=SEND_FIELDS))
         sent = admitted(load, "admission")
+        with c.redis() as r:
+            after = _commands(r)
 
         ctx.say(f"admission: delivering the {len(sent)} admitted messages")
         c.start_worker()
@@ -50,4 +54,18 @@ def run(ctx: Context) -> dict[str, Any]:
         "courier": {"per_s": round(load.per_s, 1), **latency(load.latencies_ms)},
         "throughput_ratio": round(ratio(load.per_s, base.per_s), 3),
         "sent": len(sent),
+        # What the store (which is the broker here too) ran per send, warm-up and the
+        # commands inside scripts included (a script call counts as one more).
+        "store_commands_run_per_send": round(
+            (sum(after.values()) - sum(before.values())) / len(sent), 2),
+        "store_commands_run_per_send_by_name": {
+            name: round((calls - before.get(name, 0)) / len(sent), 2)
+            for name, calls in sorted(after.items(), key=lambda kv: -kv[1])
+            if calls > before.get(name, 0)},
     }
+
+
+def _commands(r: Any) -> dict[str, int]:
+    """The store's calls by command since it started (but INFO, this one's own)."""
+    return {k.removeprefix("cmdstat_"): int(v["calls"])
+            for k, v in r.info("commandstats").items() if k != "cmdstat_info"}
