@@ -64,6 +64,12 @@ def parse_events(lines: Iterator[str]) -> Iterator[Event]:
             event_id = value_text
 
 
+def _rows(answer: Json, field: str) -> list[Json]:
+    """The list an API answer holds under ``field``."""
+    rows: list[Json] = answer[field]
+    return rows
+
+
 class CourierAPIError(Exception):
     """An error answer of the API, with its code and details."""
 
@@ -151,8 +157,7 @@ class CourierClient:
 
     def list_agents(self, project_id: str) -> list[Json]:
         """The project's agents."""
-        agents: list[Json] = self.agents_answer(project_id)["agents"]
-        return agents
+        return _rows(self.agents_answer(project_id), "agents")
 
     def retire_agent(self, project_id: str, agent_id: str) -> Json:
         """No new mail for this agent (project token)."""
@@ -174,8 +179,7 @@ class CourierClient:
 
     def names(self, project_id: str) -> list[Json]:
         """The project's authorized names (project token)."""
-        rows: list[Json] = self.names_answer(project_id)["names"]
-        return rows
+        return _rows(self.names_answer(project_id), "names")
 
     def end_name(self, project_id: str, name: str) -> Json:
         """End an authorization; mail waiting for it fails (project token)."""
@@ -187,8 +191,7 @@ class CourierClient:
 
     def held(self, project_id: str) -> list[Json]:
         """Held deliveries, oldest first, each with its message (project token)."""
-        rows: list[Json] = self.held_answer(project_id)["deliveries"]
-        return rows
+        return _rows(self.held_answer(project_id), "deliveries")
 
     def release(self, delivery_id: str) -> Json:
         """Let a held delivery go to its recipient (project token)."""
@@ -287,8 +290,7 @@ class CourierClient:
 
     def thread(self, thread_id: str) -> list[Json]:
         """The thread's messages this token may see."""
-        messages: list[Json] = self.request("GET", f"/v1/threads/{thread_id}")["messages"]
-        return messages
+        return _rows(self.request("GET", f"/v1/threads/{thread_id}"), "messages")
 
     def inbox(self, cursor: str | None = None, limit: int = 50, **filters: Any) -> Json:
         """One inbox page: ``{"messages", "next_cursor"}``."""
@@ -326,9 +328,7 @@ class CourierClient:
 
     def message_deliveries(self, message_id: str) -> list[Json]:
         """The deliveries of a message."""
-        rows: list[Json] = self.request("GET", f"/v1/messages/{message_id}/deliveries")[
-            "deliveries"]
-        return rows
+        return _rows(self.request("GET", f"/v1/messages/{message_id}/deliveries"), "deliveries")
 
     def redrive(self, delivery_id: str) -> Json:
         """Send a delivery again on the same route with the same id (project token)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from bench.procs import Proc
 from messaging.client import CourierClient
 from messaging.config import parse_bytes
 from messaging.runtime import procfile, workerpool
@@ -101,31 +101,6 @@ def project_state(stack: Stack, project_id: str) -> dict[str, Any]:
             state[key] = (kind, _READERS[kind](r, key))
     assert keys.project(project_id) in state  # the pattern does find the project's keys
     return state
-
-
-@dataclass
-class Proc:
-    """A child process with its log file."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.popen.pid, sig)
-        try:
-            self.popen.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout_s)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 @dataclass

@@ -13,8 +13,10 @@ from messaging import __version__
 from messaging.cli import backup as cli_backup
 from messaging.cli.io import (
     AsJson,
+    Cursor,
     Exit,
     OperatorToken,
+    PageLimit,
     Token,
     Url,
     answer,
@@ -184,8 +186,8 @@ def project_create(
 
 @project_app.command("list")
 def project_list(
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
-    cursor: Annotated[str | None, typer.Option(help="a next_cursor from before")] = None,
+    limit: PageLimit = 50,
+    cursor: Cursor = None,
     url: Url = None,
     token: OperatorToken = None,
     as_json: AsJson = False,
@@ -533,8 +535,8 @@ def redrive(delivery_id: str, url: Url = None, token: Token = None,
 
 @app.command()
 def inbox(
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
-    cursor: Annotated[str | None, typer.Option(help="a next_cursor from before")] = None,
+    limit: PageLimit = 50,
+    cursor: Cursor = None,
     unread_only: Annotated[bool, typer.Option("--unread-only")] = False,
     url: Url = None,
     token: Token = None,
@@ -580,8 +582,8 @@ def search(
     sender: Annotated[str | None, typer.Option("--from", help="sender name")] = None,
     since: Annotated[str | None, typer.Option(help="RFC 3339 time")] = None,
     until: Annotated[str | None, typer.Option(help="RFC 3339 time")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
-    cursor: Annotated[str | None, typer.Option(help="a next_cursor from before")] = None,
+    limit: PageLimit = 20,
+    cursor: Cursor = None,
     url: Url = None,
     token: Token = None,
     as_json: AsJson = False,

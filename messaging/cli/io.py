@@ -67,6 +67,9 @@ AsJson = Annotated[bool, typer.Option(
 OperatorToken = Annotated[str | None, typer.Option(
     "--token", envvar="COURIER_OPERATOR_TOKEN",
     help="operator token [default: the operator-token file in COURIER_DATA_DIR]")]
+# A paged listing's options: how many per page, and where the last page ended.
+PageLimit = Annotated[int, typer.Option(min=1, max=500)]
+Cursor = Annotated[str | None, typer.Option(help="a next_cursor from before")]
 
 # Characters shown as escapes: controls (C0, DEL, C1), format characters such
 # as bidirectional overrides and zero-width spaces (the zero-width joiner of

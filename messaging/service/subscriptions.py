@@ -201,10 +201,9 @@ async def subscribe(
     entry = {"s": subscriber_id, "m": sub["notice_message_id"], "d": sub["notice_delivery_id"],
              "t": sub["notice_thread_id"]}
     answer = await store.live.subscribe(project_id, {
-        "id": sub_id, "target_id": target_id, "now_us": str(now),
-        "due_ms": str(now // 1000 + int(settings.outbox_grace_s * 1000)),
-        "expires_ms": str(sub["expires_ms"]), "after_message": sent is not None,
-    }, entry, sub)
+        "id": sub_id, "target_id": target_id, "expires_ms": str(sub["expires_ms"]),
+        "after_message": sent is not None,
+    }, entry, sub, now, now // 1000 + int(settings.outbox_grace_s * 1000))
     if answer["status"] == "refused":
         raise _refused(body.target, answer["reason"], persisted=sent is not None)
     if answer["status"] == "notified" and answer["transport"]:  # "": held for the user

@@ -120,6 +120,7 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+# Global keys (no project), each spread over a cluster by its own hash.
 def token(token_hash: str) -> str:
     """Where a token's scope lives, by the token's hash."""
     return f"{PREFIX}:token:{token_hash}"
@@ -140,10 +141,18 @@ def project_by_key(project_key: str) -> str:
     return f"{PREFIX}:project_key:{_digest(project_key)}"
 
 
+def ring(queue: str) -> str:
+    """The projects with ready deliveries for one delivery queue, by turn."""
+    return f"{PREFIX}:ring:{queue}"
+
+
+# Every key of a project starts with ``courier:{p:<project_id>}``: the hash tag keeps
+# them all on one cluster slot.
 def _p(project_id: str) -> str:
     return f"{PREFIX}:{{p:{project_id}}}"
 
 
+# One of each per project.
 def project(project_id: str) -> str:
     """The project's own hash."""
     return f"{_p(project_id)}:project"
@@ -169,54 +178,19 @@ def refs(project_id: str) -> str:
     return f"{_p(project_id)}:refs"
 
 
-def message(project_id: str, message_id: str) -> str:
-    """One message's JSON."""
-    return f"{_p(project_id)}:msg:{message_id}"
-
-
-def thread(project_id: str, thread_id: str) -> str:
-    """The messages of one thread."""
-    return f"{_p(project_id)}:thread:{thread_id}"
-
-
-def delivery(project_id: str, delivery_id: str) -> str:
-    """One delivery's hash."""
-    return f"{_p(project_id)}:dlv:{delivery_id}"
-
-
-def inbox(project_id: str, agent_id: str) -> str:
-    """One agent's inbox."""
-    return f"{_p(project_id)}:inbox:{agent_id}"
-
-
 def due(project_id: str) -> str:
     """Deliveries by the time they are due for (re)publishing."""
     return f"{_p(project_id)}:due"
 
 
-def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str:
-    """One idempotency record; the client's key is hashed, never used raw."""
-    return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"
+def stats(project_id: str) -> str:
+    """The project's delivery counters."""
+    return f"{_p(project_id)}:stats"
 
 
-def events(project_id: str, agent_id: str) -> str:
-    """One agent's event stream."""
-    return f"{_p(project_id)}:events:{agent_id}"
-
-
-def agent_token(project_id: str, agent_id: str) -> str:
-    """The hash of an agent's live token (what revoking and rotating remove)."""
-    return f"{_p(project_id)}:agent_token:{agent_id}"
-
-
-def open_streams(project_id: str, agent_id: str) -> str:
-    """The leases of one agent's open event streams."""
-    return f"{_p(project_id)}:streams:{agent_id}"
-
-
-def subscription(project_id: str, subscription_id: str) -> str:
-    """One idle subscription's hash."""
-    return f"{_p(project_id)}:sub:{subscription_id}"
+def held(project_id: str) -> str:
+    """Held deliveries of the project, oldest admission first."""
+    return f"{_p(project_id)}:held"
 
 
 def idle_subscriptions(project_id: str) -> str:
@@ -229,19 +203,14 @@ def subscriptions_due(project_id: str) -> str:
     return f"{_p(project_id)}:sub_due"
 
 
-def stats(project_id: str) -> str:
-    """The project's delivery counters."""
-    return f"{_p(project_id)}:stats"
+def allowed_names(project_id: str) -> str:
+    """Names authorized before any agent has them, with their expiry."""
+    return f"{_p(project_id)}:allowed"
 
 
-def search_postings(project_id: str, term: str) -> str:
-    """The project's messages that carry one search term."""
-    return f"{_p(project_id)}:sx:project:{term}"
-
-
-def search_seen(project_id: str, agent_id: str) -> str:
-    """The messages an agent may find: those it sent or received."""
-    return f"{_p(project_id)}:sx:{agent_id}:*"
+def allowed_due(project_id: str) -> str:
+    """Authorized names by the time they run out."""
+    return f"{_p(project_id)}:allowed_due"
 
 
 def search_words(project_id: str) -> str:
@@ -264,25 +233,55 @@ def retention(project_id: str) -> str:
     return f"{_p(project_id)}:retention"
 
 
-def archived(project_id: str, bucket: str) -> str:
-    """The ids removed in one stretch of time (``retention.archived_buckets``), each
-    with its archive day."""
-    return f"{_p(project_id)}:archived:{bucket}"
-
-
 def retention_lock(project_id: str) -> str:
     """The lock of the project's retention round."""
     return f"{_p(project_id)}:retention_lock"
 
 
-def allowed_names(project_id: str) -> str:
-    """Names authorized before any agent has them, with their expiry."""
-    return f"{_p(project_id)}:allowed"
+# One per agent, message, delivery, name or other part of the project.
+def inbox(project_id: str, agent_id: str) -> str:
+    """One agent's inbox."""
+    return f"{_p(project_id)}:inbox:{agent_id}"
 
 
-def allowed_due(project_id: str) -> str:
-    """Authorized names by the time they run out."""
-    return f"{_p(project_id)}:allowed_due"
+def events(project_id: str, agent_id: str) -> str:
+    """One agent's event stream."""
+    return f"{_p(project_id)}:events:{agent_id}"
+
+
+def agent_token(project_id: str, agent_id: str) -> str:
+    """The hash of an agent's live token (what revoking and rotating remove)."""
+    return f"{_p(project_id)}:agent_token:{agent_id}"
+
+
+def open_streams(project_id: str, agent_id: str) -> str:
+    """The leases of one agent's open event streams."""
+    return f"{_p(project_id)}:streams:{agent_id}"
+
+
+def search_seen(project_id: str, agent_id: str) -> str:
+    """The messages an agent may find: those it sent or received."""
+    return f"{_p(project_id)}:sx:{agent_id}:*"
+
+
+def message(project_id: str, message_id: str) -> str:
+    """One message's JSON."""
+    return f"{_p(project_id)}:msg:{message_id}"
+
+
+def thread(project_id: str, thread_id: str) -> str:
+    """The messages of one thread."""
+    return f"{_p(project_id)}:thread:{thread_id}"
+
+
+def delivery(project_id: str, delivery_id: str) -> str:
+    """One delivery's hash."""
+    return f"{_p(project_id)}:dlv:{delivery_id}"
+
+
+def subscription(project_id: str, subscription_id: str) -> str:
+    """One idle subscription's hash."""
+    return f"{_p(project_id)}:sub:{subscription_id}"
 
 
 def waiting(project_id: str, name: str) -> str:
@@ -290,16 +289,23 @@ def waiting(project_id: str, name: str) -> str:
     return f"{_p(project_id)}:waiting:{_digest(name)}"
 
 
-def held(project_id: str) -> str:
-    """Held deliveries of the project, oldest admission first."""
-    return f"{_p(project_id)}:held"
-
-
 def ready(project_id: str, transport: str) -> str:
     """The project's deliveries of one transport waiting for their turn."""
     return f"{_p(project_id)}:ready:{transport}"
 
 
-def ring(queue: str) -> str:
-    """The projects with ready deliveries for one delivery queue, by turn."""
-    return f"{PREFIX}:ring:{queue}"
+def search_postings(project_id: str, term: str) -> str:
+    """The project's messages that carry one search term."""
+    return f"{_p(project_id)}:sx:project:{term}"
+
+
+def archived(project_id: str, bucket: str) -> str:
+    """The ids removed in one stretch of time (``retention.archived_buckets``), each
+    with its archive day."""
+    return f"{_p(project_id)}:archived:{bucket}"
+
+
+def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str:
+    """One idempotency record; the client's key is hashed, never used raw."""
+    return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"
+

@@ -49,9 +49,16 @@ def _notice_keys(project_id: str, sub_id: str, entry: Json) -> list[str]:
 
 
 def _shared_keys(project_id: str) -> list[str]:
+    """KEYS[1..7] of every notice script, as ``notice_context`` (notice_lib.lua) names them."""
     return [keys.agents(project_id), keys.seq(project_id), keys.due(project_id),
             keys.subscriptions_due(project_id), keys.idle_subscriptions(project_id),
             keys.retention(project_id), keys.held(project_id)]
+
+
+def _shared_args(now_us: int, due_ms: int) -> list[str]:
+    """ARGV[1..4] of every notice script: now, the notices' outbox due time, the events
+    stream cap, how long a subscription is kept after its notice."""
+    return [str(now_us), str(due_ms), str(keys.EVENTS_MAXLEN), str(keys.SUBSCRIPTION_KEEP_S)]
 
 
 class Live:
@@ -74,18 +81,18 @@ class Live:
             return json.loads(value), ""
         return None, str(value)
 
-    async def subscribe(self, project_id: str, sub: Json, entry: Json, fields: Json) -> Json:
+    async def subscribe(self, project_id: str, sub: Json, entry: Json, fields: Json,
+                        now_us: int, due_ms: int) -> Json:
         """Run the subscribe script; its decoded answer.
 
-        ``sub`` holds id, target_id, now_us, due_ms, expires_ms, after_message;
-        ``entry`` the waiting-list entry; ``fields`` the subscription hash.
+        ``sub`` holds id, target_id, expires_ms, after_message; ``entry`` the
+        waiting-list entry; ``fields`` the subscription hash; ``due_ms`` is when a
+        notice sent at once is due in the outbox.
         """
-        args = {**sub, "entry": entry, "maxlen": keys.EVENTS_MAXLEN,
-                "keep_s": keys.SUBSCRIPTION_KEEP_S}
         flat = [str(v) for kv in fields.items() for v in kv]
         raw = await self.scripts["subscribe"](
             keys=_shared_keys(project_id) + _notice_keys(project_id, sub["id"], entry),
-            args=[json.dumps(args), *flat])
+            args=[*_shared_args(now_us, due_ms), json.dumps({**sub, "entry": entry}), *flat])
         answer: Json = json.loads(raw)
         return answer
 
@@ -114,8 +121,7 @@ class Live:
                 script_keys += _notice_keys(project_id, sid, waiting[sid])
             out = await self.scripts["set_presence"](
                 keys=script_keys,
-                args=[agent_id, state, str(now_us), str(due_ms), str(keys.EVENTS_MAXLEN),
-                      json.dumps(sub_ids), str(keys.SUBSCRIPTION_KEEP_S)])
+                args=[*_shared_args(now_us, due_ms), agent_id, state, json.dumps(sub_ids)])
             if not out:
                 return None, []
             if out[0] != "retry":
@@ -227,6 +233,5 @@ def expire_subscriptions(client: connect.SyncClient, project_id: str, now_us: in
     if not pairs:
         return []
     flat = scripts_for(client)["expire_subscriptions"](
-        keys=script_keys, args=[str(now_us), str(now_ms), str(now_ms), str(keys.EVENTS_MAXLEN),
-                                json.dumps(pairs), str(keys.SUBSCRIPTION_KEEP_S)])
+        keys=script_keys, args=[*_shared_args(now_us, now_ms), str(now_ms), json.dumps(pairs)])
     return _fired(list(flat))

@@ -36,16 +36,17 @@ class Bound:
     transport: str
 
 
-def _waiting_keys(project_id: str) -> list[str]:
-    return [keys.agents(project_id), keys.names(project_id), keys.refs(project_id),
-            keys.allowed_names(project_id), keys.allowed_due(project_id)]
+def _name_keys(project_id: str, name: str) -> list[str]:
+    """The name's keys, as ``name_keys`` of names_lib.lua names them."""
+    return [keys.allowed_names(project_id), keys.allowed_due(project_id),
+            keys.waiting(project_id, name), keys.stats(project_id)]
 
 
 def _bind_call(project_id: str, name: str, rows: list[tuple[str, str, str]], now_us: int,
                due_ms: int) -> tuple[list[str], list[str]]:
     """KEYS and ARGV of bind_name.lua; ``rows`` are (delivery, message, sender) ids."""
-    script_keys = [*_waiting_keys(project_id), keys.waiting(project_id, name),
-                   keys.due(project_id), keys.held(project_id), keys.stats(project_id)]
+    script_keys = [keys.agents(project_id), keys.names(project_id), keys.refs(project_id),
+                   *_name_keys(project_id, name), keys.due(project_id), keys.held(project_id)]
     for did, mid, sender in rows:
         script_keys += [keys.delivery(project_id, did), keys.message(project_id, mid),
                         keys.events(project_id, sender)]
@@ -57,9 +58,7 @@ def _bind_call(project_id: str, name: str, rows: list[tuple[str, str, str]], now
 def _end_call(project_id: str, name: str, rows: list[tuple[str, str, str]], mode: str,
               now_us: int) -> tuple[list[str], list[str]]:
     """KEYS and ARGV of end_name.lua."""
-    script_keys = [keys.names(project_id), keys.allowed_names(project_id),
-                   keys.allowed_due(project_id), keys.waiting(project_id, name),
-                   keys.stats(project_id)]
+    script_keys = [keys.names(project_id), *_name_keys(project_id, name)]
     for did, _, sender in rows:
         script_keys += [keys.delivery(project_id, did), keys.events(project_id, sender)]
     error = (ERROR_EXPIRED if mode == "expired" else ERROR_DELETED).format(name=name)

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, get_type_hints
 
 import redis.exceptions
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -94,6 +94,8 @@ class Services(Protocol):
 
 
 Call = Callable[[Services, Caller], Awaitable[Json]]
+# What a tool runs: its arguments come checked, as its model.
+ToolRun = Callable[[Services, Caller, Any], Awaitable[Json]]
 
 
 class BearerAgent:
@@ -320,73 +322,13 @@ SEND_HELP = (
 )
 
 
-async def _send_message(svc: Services, who: Caller, args: SendIn) -> Json:
-    return (await sending.send(svc.store, svc.settings, svc.publisher, who, args)).body
-
-
-async def _reply_message(svc: Services, who: Caller, args: ReplyArgs) -> Json:
-    body = ReplyIn.model_validate_json(args.model_dump_json(exclude={"message_id"},
-                                                           exclude_unset=True))
-    return (await sending.reply(svc.store, svc.settings, svc.publisher, who, args.message_id,
-                                body)).body
-
-
-async def _fetch_inbox(svc: Services, who: Caller, args: InboxQuery) -> Json:
-    return await reading.inbox(svc.store, who, args)
-
-
-async def _search_messages(svc: Services, who: Caller, args: SearchQuery) -> Json:
-    return await search.search(svc.store, who, args)
-
-
-async def _mark_read(svc: Services, who: Caller, args: MessageArgs) -> Json:
-    return await reading.mark(svc.store, who, args.message_id, "read")
-
-
-async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) -> Json:
-    return await reading.mark(svc.store, who, args.message_id, "ack")
-
-
-async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
-    return await directory.list_agents(svc.store, who, args.project_id or who.project_id or "")
-
-
-async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
-    return await reading.get_delivery(svc.store, who, args.delivery_id)
-
-
-async def _subscribe_idle(svc: Services, who: Caller, args: SubscriptionIn) -> Json:
-    return (await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
-                                          args)).body
-
-
-async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
-    text = args.message if args.message and args.message.strip() else None
-    if text is None and not args.notify_when_idle:
-        raise invalid("message", "required unless notify_when_idle is true")
-    fields = {k: v for k, v in (("subject", text and short_subject(text)), ("body_md", text),
-                                ("summary", args.summary)) if v is not None}
-    if args.notify_when_idle:
-        wanted = SubscriptionIn.model_validate_json(json.dumps(
-            {"target": args.to, **({"message": fields} if text is not None else {})}))
-        sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, wanted)
-        sent: Json | None = sub.body.pop("message", None)
-        return {**(sent or {}), "subscription": sub.body}
-    body = SendIn.model_validate_json(json.dumps({**fields, "to": [args.to]}))
-    return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
-
-
-async def _set_presence(svc: Services, who: Caller, args: PresenceIn) -> Json:
-    return await directory.set_presence(svc.store, who, args, svc.publisher)
-
-
 @dataclass(frozen=True)
 class CourierTool:
     """One tool: its arguments' model (checked strictly, as over HTTP) and what it runs."""
 
     name: str
     arguments: type[BaseModel]
-    run: Callable[[Services, Caller, Any], Awaitable[Json]]
+    run: ToolRun
     description: str
 
     def validate(self, arguments: Json) -> BaseModel:
@@ -405,42 +347,110 @@ class CourierTool:
                 "required": schema.get("required", []), "additionalProperties": False}
 
 
-TOOLS = [
-    CourierTool("send_message", SendIn, _send_message, SEND_MESSAGE_HELP),
-    CourierTool("reply_message", ReplyArgs, _reply_message, (
-        "Reply to a message you received or sent (POST /v1/messages/{id}/reply): same thread, "
-        "subject Re: ..., addressed to its sender; body_md required, importance and "
-        "ack_required inherited unless given. Reply only when the reply helps: no thanks or "
-        "courtesy acknowledgements. " + SENDING_GUIDANCE)),
-    CourierTool("fetch_inbox", InboxQuery, _fetch_inbox, (
-        "Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the next_cursor of the "
-        "last call back as cursor to get only what arrived since.")),
-    CourierTool("search_messages", SearchQuery, _search_messages, (
-        "Search what you sent or received, newest first (GET /v1/agents/me/search): every "
-        "word of q in subject or body, `auth*` for a prefix; filter by topic, sender (from), "
-        "since and until (RFC 3339). Pass next_cursor back as cursor for more.")),
-    CourierTool("mark_read", MessageArgs, _mark_read, "Mark a message you received read."),
-    CourierTool("acknowledge_message", MessageArgs, _acknowledge_message, (
-        "Acknowledge a message you received that asks for it (ack_required); also marks it "
-        "read.")),
-    CourierTool("list_agents", ProjectArgs, _list_agents, (
-        "The agents of your project, each with its `Name [ref]` label, status and presence. "
-        "Do not poll it to learn when an agent is done: use notify_when_idle or "
-        "subscribe_idle.")),
-    CourierTool("get_delivery", DeliveryArgs, _get_delivery, (
-        "What happened to one delivery of your mail, stage by stage (admitted, target "
-        "selected, dispatch started, provider result, observed). An outcome of unknown is "
-        "uncertainty, not failure: do not resend because of it.")),
-    CourierTool("subscribe_idle", SubscriptionIn, _subscribe_idle, (
-        "Get one notice when target next goes idle or exits, or one expired notice when ttl_s "
-        "runs out (POST /v1/subscriptions); from your main conversation only. With message "
-        "(send fields without to), the message goes to the target now and the notice waits "
-        "for its next idle or exit. The answer's notice_to says who will see the notice.")),
-    CourierTool("send", ShortSendArgs, _send, SEND_HELP),
-    CourierTool("set_presence", PresenceIn, _set_presence, (
-        "Tell Courier whether you are busy, idle, exited or source_lost "
-        "(PUT /v1/agents/me/presence); going idle sends the idle notices others wait for.")),
-]
+TOOLS: list[CourierTool] = []
+
+
+def _tool(name: str, description: str) -> Callable[[ToolRun], ToolRun]:
+    """Offer the function below as the tool ``name``; its ``args`` annotation is the model
+    its arguments are checked by."""
+    def register(run: ToolRun) -> ToolRun:
+        TOOLS.append(CourierTool(name, get_type_hints(run)["args"], run, description))
+        return run
+    return register
+
+
+@_tool("send_message", SEND_MESSAGE_HELP)
+async def _send_message(svc: Services, who: Caller, args: SendIn) -> Json:
+    return (await sending.send(svc.store, svc.settings, svc.publisher, who, args)).body
+
+
+@_tool("reply_message", (
+    "Reply to a message you received or sent (POST /v1/messages/{id}/reply): same thread, "
+    "subject Re: ..., addressed to its sender; body_md required, importance and "
+    "ack_required inherited unless given. Reply only when the reply helps: no thanks or "
+    "courtesy acknowledgements. " + SENDING_GUIDANCE))
+async def _reply_message(svc: Services, who: Caller, args: ReplyArgs) -> Json:
+    body = ReplyIn.model_validate_json(args.model_dump_json(exclude={"message_id"},
+                                                           exclude_unset=True))
+    return (await sending.reply(svc.store, svc.settings, svc.publisher, who, args.message_id,
+                                body)).body
+
+
+@_tool("fetch_inbox", (
+    "Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the next_cursor of the "
+    "last call back as cursor to get only what arrived since."))
+async def _fetch_inbox(svc: Services, who: Caller, args: InboxQuery) -> Json:
+    return await reading.inbox(svc.store, who, args)
+
+
+@_tool("search_messages", (
+    "Search what you sent or received, newest first (GET /v1/agents/me/search): every "
+    "word of q in subject or body, `auth*` for a prefix; filter by topic, sender (from), "
+    "since and until (RFC 3339). Pass next_cursor back as cursor for more."))
+async def _search_messages(svc: Services, who: Caller, args: SearchQuery) -> Json:
+    return await search.search(svc.store, who, args)
+
+
+@_tool("mark_read", "Mark a message you received read.")
+async def _mark_read(svc: Services, who: Caller, args: MessageArgs) -> Json:
+    return await reading.mark(svc.store, who, args.message_id, "read")
+
+
+@_tool("acknowledge_message", (
+    "Acknowledge a message you received that asks for it (ack_required); also marks it "
+    "read."))
+async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) -> Json:
+    return await reading.mark(svc.store, who, args.message_id, "ack")
+
+
+@_tool("list_agents", (
+    "The agents of your project, each with its `Name [ref]` label, status and presence. "
+    "Do not poll it to learn when an agent is done: use notify_when_idle or "
+    "subscribe_idle."))
+async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
+    return await directory.list_agents(svc.store, who, args.project_id or who.project_id or "")
+
+
+@_tool("get_delivery", (
+    "What happened to one delivery of your mail, stage by stage (admitted, target "
+    "selected, dispatch started, provider result, observed). An outcome of unknown is "
+    "uncertainty, not failure: do not resend because of it."))
+async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
+    return await reading.get_delivery(svc.store, who, args.delivery_id)
+
+
+@_tool("subscribe_idle", (
+    "Get one notice when target next goes idle or exits, or one expired notice when ttl_s "
+    "runs out (POST /v1/subscriptions); from your main conversation only. With message "
+    "(send fields without to), the message goes to the target now and the notice waits "
+    "for its next idle or exit. The answer's notice_to says who will see the notice."))
+async def _subscribe_idle(svc: Services, who: Caller, args: SubscriptionIn) -> Json:
+    return (await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
+                                          args)).body
+
+
+@_tool("send", SEND_HELP)
+async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
+    text = args.message if args.message and args.message.strip() else None
+    if text is None and not args.notify_when_idle:
+        raise invalid("message", "required unless notify_when_idle is true")
+    fields = {k: v for k, v in (("subject", text and short_subject(text)), ("body_md", text),
+                                ("summary", args.summary)) if v is not None}
+    if args.notify_when_idle:
+        wanted = SubscriptionIn.model_validate_json(json.dumps(
+            {"target": args.to, **({"message": fields} if text is not None else {})}))
+        sub = await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who, wanted)
+        sent: Json | None = sub.body.pop("message", None)
+        return {**(sent or {}), "subscription": sub.body}
+    body = SendIn.model_validate_json(json.dumps({**fields, "to": [args.to]}))
+    return (await sending.send(svc.store, svc.settings, svc.publisher, who, body)).body
+
+
+@_tool("set_presence", (
+    "Tell Courier whether you are busy, idle, exited or source_lost "
+    "(PUT /v1/agents/me/presence); going idle sends the idle notices others wait for."))
+async def _set_presence(svc: Services, who: Caller, args: PresenceIn) -> Json:
+    return await directory.set_presence(svc.store, who, args, svc.publisher)
 
 
 def _inline(schema: Json, defs: Json) -> Json:

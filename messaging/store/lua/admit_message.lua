@@ -1,6 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
--- uses: records_lib, resolve_lib, ready_lib
+-- uses: records_lib, resolve_lib, ready_lib, keys_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids
@@ -77,10 +77,7 @@ end
 -- Recipient string i's pair of keys: a dlv hash (used in order by the
 -- targets) and the name's waiting zset.
 local fixed = 11 + #a.ready_kinds
-local recipient_keys = {}
-for i = 1, #a.recipients do
-  recipient_keys[i] = {dlv = KEYS[fixed + 2 * i - 1], waiting = KEYS[fixed + 2 * i]}
-end
+local recipient_keys = key_groups(KEYS, fixed + 1, #a.recipients, {"dlv", "waiting"})
 
 if a.idem_fp ~= "" then
   local rec = redis.call("GET", idem_key)

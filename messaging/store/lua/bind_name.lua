@@ -3,17 +3,18 @@
 -- (resolve_lib, with each sender's scope), stamp `target_selected`, pin it,
 -- and put it in the outbox (or hold it, for an agent that holds its mail).
 -- The name's authorization ends: from now on sends resolve the name itself.
--- uses: records_lib, resolve_lib
+-- uses: records_lib, resolve_lib, names_lib
 --
 -- KEYS[1]  agents       hash  agent_id -> agent JSON
 -- KEYS[2]  names        hash  name -> JSON list of agent ids
 -- KEYS[3]  refs         hash  ref -> agent_id
--- KEYS[4]  allowed      hash  authorized names
--- KEYS[5]  allowed_due  zset  authorized names by expiry (ms)
--- KEYS[6]  waiting      zset  the name's waiting delivery ids by admission sequence
--- KEYS[7]  due          zset  delivery ids by due time (ms)
--- KEYS[8]  held         zset  held delivery ids by admission sequence
--- KEYS[9]  stats        hash  delivery counters
+-- KEYS[4..7]  the name's keys, named n.<name> by name_keys (names_lib):
+--   KEYS[4]  allowed      hash  authorized names
+--   KEYS[5]  allowed_due  zset  authorized names by expiry (ms)
+--   KEYS[6]  waiting      zset  the name's waiting delivery ids by admission sequence
+--   KEYS[7]  stats        hash  delivery counters
+-- KEYS[8]  due          zset  delivery ids by due time (ms)
+-- KEYS[9]  held         zset  held delivery ids by admission sequence
 -- KEYS[10..] three per waiting delivery, in the order of ARGV ids: its dlv
 --            hash, its message hash, its sender's events stream
 --
@@ -29,34 +30,22 @@
 local agents_key = KEYS[1]
 local names_key = KEYS[2]
 local refs_key = KEYS[3]
-local allowed_key = KEYS[4]
-local allowed_due_key = KEYS[5]
-local waiting_key = KEYS[6]
-local due_key = KEYS[7]
-local held_key = KEYS[8]
-local stats_key = KEYS[9]
+local n = name_keys(KEYS, 4)
+local due_key = KEYS[8]
+local held_key = KEYS[9]
 local args_json = ARGV[1]
 
 local a = cjson.decode(args_json)
--- Each waiting delivery's keys, by name.
-local waiting_keys = {}
-for i = 1, #a.ids do
-  waiting_keys[i] = {dlv = KEYS[7 + 3 * i], msg = KEYS[8 + 3 * i], events = KEYS[9 + 3 * i]}
-end
+local waiting_keys = key_groups(KEYS, 10, #a.ids, {"dlv", "msg", "events"})
 if redis.call("HEXISTS", names_key, a.name) == 0 then return {"unregistered"} end
-local given = {}
-for _, did in ipairs(a.ids) do given[did] = true end
-for _, did in ipairs(redis.call("ZRANGE", waiting_key, 0, -1)) do
-  if not given[did] then return {"retry"} end
-end
-redis.call("HDEL", allowed_key, a.name)
-redis.call("ZREM", allowed_due_key, a.name)
+if not waiting_as_read(n, a.ids) then return {"retry"} end
+end_authorization(n, a.name)
 
 local out = {"ok"}
 for i, did in ipairs(a.ids) do
   local dlv, msg, events = waiting_keys[i].dlv, waiting_keys[i].msg, waiting_keys[i].events
   local d = redis.call("HMGET", dlv, "target", "sender_id", "message_id", "outcome")
-  redis.call("ZREM", waiting_key, did)
+  redis.call("ZREM", n.waiting, did)
   if d[1] == "pending" and not d[4] then
     local ctx = {agents = agents_key, names = names_key, refs = refs_key, allowed = nil,
       sender = load_agent({agents = agents_key}, d[2]), now_ms = "0"}
@@ -96,7 +85,7 @@ for i, did in ipairs(a.ids) do
       local why = "the name " .. a.name .. " reaches no agent that takes mail (" .. err .. ")"
       redis.call("HSET", dlv, "stage", "provider_result_recorded", "outcome", "failed",
         "error", why, "provider_result_recorded_us", a.now_us)
-      redis.call("HINCRBY", stats_key, "outcome:failed", 1)
+      redis.call("HINCRBY", n.stats, "outcome:failed", 1)
       event.recipient, event.stage, event.outcome, event.error = a.name,
         "provider_result_recorded", "failed", why
       event.target = "pending"

@@ -1,18 +1,14 @@
 -- notice_lib: the idle notice, shared by subscribe, set_presence and
 -- expire_subscriptions (prepended to each when it is loaded; it defines
 -- functions only and touches no key of its own).
--- uses: records_lib
+-- uses: records_lib, keys_lib
 --
 -- fire_notice(k, state, g) sends one idle subscription's notice:
 --   k      {sub, msg, dlv, thread, events}: the subscription hash, the
 --          notice's message hash, delivery hash and thread zset, and the
 --          subscriber's events stream
 --   state  "idle" | "exited" | "expired"
---   g      {agents, seq, due, sub_due, retention, held, now_us, due_ms, maxlen,
---          keep_s}: the agents hash, project sequence, outbox zset,
---          subscription expiry zset, retention index, held zset, now (us), the notice's
---          outbox due time (ms), the events stream cap, how long the
---          subscription is kept after its notice (s)
+--   g      what every notice script opens with, as notice_context names it
 --
 -- The caller has already taken the subscription off the waiting list, which
 -- is what makes the notice happen once. The notice is a message from
@@ -70,14 +66,28 @@ local function fire_notice(k, state, g)
   return {sid, did, transport}
 end
 
+-- What every notice script opens with, by name: the `g` of fire_notice.
+--   KEYS[1]  agents     hash    agent_id -> agent JSON
+--   KEYS[2]  seq        string  project sequence
+--   KEYS[3]  due        zset    delivery ids by due time (ms)
+--   KEYS[4]  sub_due    zset    waiting subscription ids by expiry (ms)
+--   KEYS[5]  idle_subs  hash    target agent_id -> JSON of its waiting subscriptions
+--   KEYS[6]  retention  zset    stored message ids by when retention looks at them
+--   KEYS[7]  held       zset    held delivery ids by admission sequence
+--   ARGV[1]  now_us     now, us (decimal string)
+--   ARGV[2]  due_ms     the notices' outbox due time, ms (decimal string)
+--   ARGV[3]  maxlen     events stream cap (approximate MAXLEN)
+--   ARGV[4]  keep_s     how long a subscription is kept after its notice, s
+local function notice_context(keys, argv)
+  return {agents = keys[1], seq = keys[2], due = keys[3], sub_due = keys[4],
+    idle_subs = keys[5], retention = keys[6], held = keys[7],
+    now_us = argv[1], due_ms = argv[2], maxlen = argv[3], keep_s = argv[4]}
+end
+
 -- The five keys of each subscription in `keys`, from position `base` on, by name.
 local function notice_keys(keys, base)
-  local out = {}
-  for b = base, #keys - 4, 5 do
-    out[#out + 1] = {sub = keys[b], msg = keys[b + 1], dlv = keys[b + 2],
-      thread = keys[b + 3], events = keys[b + 4]}
-  end
-  return out
+  return key_groups(keys, base, math.floor((#keys - base + 1) / 5),
+    {"sub", "msg", "dlv", "thread", "events"})
 end
 
 -- Take one subscription off its target's waiting list; true if it was there.
@@ -93,4 +103,14 @@ local function take_waiting(idle_subs, target_id, sid)
     redis.call("HSET", idle_subs, target_id, cjson.encode(waiting))
   end
   return true
+end
+
+-- Send the notice of subscription `sid` (its keys `k`) when it is still on the
+-- waiting list of `target_id`, taking it off; what fire_notice returns is
+-- appended to `out`.
+local function notice_if_waiting(k, target_id, sid, state, g, out)
+  if not take_waiting(g.idle_subs, target_id, sid) then return end
+  for _, v in ipairs(fire_notice(k, state, g)) do
+    table.insert(out, v)
+  end
 end
