@@ -1,8 +1,11 @@
 """Markers of the whole suite, and the slow tier that `--all` adds.
 
-`./dev test` runs every test but the slow tier (the benchmark and soak smoke
-runs, packaging, cluster faults, the schema fuzz at full size), so that it
-answers in minutes; `./dev test --all` (what CI runs) adds them.
+`./dev test` runs every test but the slow tier, so that it answers in
+minutes: the benchmark and soak smoke runs, packaging, the schema fuzz at
+full size, the Redis Cluster runs, tests that start processes of their own
+(stacks, API processes, `courier up`, the CLI) and tests that wait out real
+timers (leases, retries, retention, unhealthy endpoints). `./dev test --all`
+(what CI runs) adds them.
 """
 
 from __future__ import annotations

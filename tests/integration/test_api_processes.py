@@ -19,6 +19,10 @@ import pytest
 from tests.integration.conftest import Project
 from tests.stack import Proc, Stack
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 RATE_PER_S = 5
 STREAMS_PER_AGENT = 4
 REQUESTS = 20

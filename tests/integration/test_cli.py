@@ -17,6 +17,10 @@ from messaging.client import CourierClient
 from tests.integration.conftest import Project
 from tests.stack import ROOT, free_port, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 COURIER = [sys.executable, "-m", "messaging.cli"]
 
 

@@ -17,6 +17,10 @@ from tests.integration.conftest import Project
 from tests.integration.test_cli import COURIER, client_env
 from tests.stack import ROOT, free_port, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 HOSTILE = "x\x1b]0;TITLE\x07\x1b[31mRED \u202eevil\u202c \x9b2J"
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\u202c")
 

@@ -289,6 +289,7 @@ def test_compose_as_human_and_see_the_agents_reply(console: Console, project: Pr
     assert console.errors == []
 
 
+@pytest.mark.slow
 def test_screenshots_of_each_page(browser: Any, project: Project, tmp_path: Path):
     lead = project.agent("Lead")
     alice = project.agent("Alice", parent=lead.id)

@@ -15,6 +15,10 @@ from messaging.store import connect, keys, version
 from tests.records import lost, project_records, stable
 from tests.stack import START_TIMEOUT_S, Stack, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "previous_release"
 
 

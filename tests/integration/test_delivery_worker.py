@@ -214,6 +214,7 @@ def test_a_duplicate_delivery_task_changes_nothing(stack: Stack, project: Projec
     assert [m["id"] for m in bob.api.inbox()["messages"]] == [message_id]
 
 
+@pytest.mark.slow
 def test_identical_tasks_queued_before_any_worker_make_one_attempt(own_stack: Stack):
     with open_project(own_stack) as proj:
         alice, bob = proj.agent("Alice"), proj.agent("Bob")
@@ -302,6 +303,7 @@ def test_reading_a_delivery_never_dispatches(parked: Parked):
 # the sweeper
 
 
+@pytest.mark.slow
 def test_a_send_whose_publish_failed_is_published_by_the_sweeper(own_stack: Stack):
     dead_broker = f"redis://127.0.0.1:{free_port()}/0"
     _, url = own_stack.start_api(env={"COURIER_BROKER_URL": dead_broker})
@@ -333,6 +335,7 @@ def _sent(sender, to: str, n: int) -> list[str]:
             for i in range(n)]
 
 
+@pytest.mark.slow
 def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_stack: Stack):
     # A's 600 wait before any worker runs; B's one message comes after them.
     # Served first come first served, B would wait for all 600; round robin
@@ -359,6 +362,7 @@ def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_s
         assert ahead <= 50, f"{ahead} of A's deliveries went before B's one"
 
 
+@pytest.mark.slow
 def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack):
     # A alone is served whole batches, a step at a time. B's messages, sent
     # at moments spread over A's drain, each wait for the steps under way (one
@@ -418,6 +422,7 @@ def test_a_ticket_whose_turn_empties_a_project_goes_on_to_the_next(own_stack: St
                     "accepted"] * 3
 
 
+@pytest.mark.slow
 def test_a_flood_of_single_sends_publishes_a_ticket_per_batch_not_per_send(tmp_path: Path):
     # No worker and no sweeper: the broker holds exactly what admission published.
     # 250 sends one after another, each its own publish: 3 batches of 100, so 3 tickets
@@ -451,6 +456,7 @@ def test_a_flood_of_single_sends_publishes_a_ticket_per_batch_not_per_send(tmp_p
         stack.stop()
 
 
+@pytest.mark.slow
 def test_a_delivery_waiting_its_turn_is_published_again_less_and_less_often(
         tmp_path: Path):
     # Grace 0.5 s and no inbox worker: without back-off the sweeper would publish
@@ -524,6 +530,7 @@ def thaw(pids: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_dispatch_leaves_each_message_in_each_inbox_once(
     short_lease_stack: Stack,
 ):

@@ -39,6 +39,7 @@ def _modes(top: Path) -> dict[str, str]:
     return wrong
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_data_files_are_owner_only_and_old_archive_days_expire(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, retention_days=repr(RETENTION_DAYS),
@@ -69,6 +70,7 @@ def test_data_files_are_owner_only_and_old_archive_days_expire(tmp_path: Path) -
         stack.stop()
 
 
+@pytest.mark.slow
 def test_metrics_show_the_archive_and_data_dir_sizes(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
     try:

@@ -29,6 +29,7 @@ def _deferred(sent: dict) -> list[str]:
     return [w for w in sent["delivery"]["warnings"] if w.startswith(DEFERRED)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path):
     broker = EmbeddedStore(tmp_path / "broker", port=free_port())

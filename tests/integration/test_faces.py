@@ -111,6 +111,7 @@ def same(faces: dict[str, Json], fields: tuple[str, ...]) -> None:
             assert shown.get(field) == first.get(field), (field, first_face, face)
 
 
+@pytest.mark.slow
 def test_every_face_agrees_on_addresses_stage_times_and_errors(faces: Stack):
     receiver = Receiver()
     receiver.start()

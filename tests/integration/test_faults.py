@@ -19,6 +19,10 @@ from messaging.store import connect, keys
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 FINAL = {"accepted", "failed", "unknown"}
 
 

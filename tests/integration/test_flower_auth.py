@@ -6,9 +6,14 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from flower.urls import handlers
 
 from tests.stack import make_stack
+
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
 
 GROUP = re.compile(r"\([^)]*\)")
 

@@ -64,6 +64,7 @@ def test_the_schema_fuzzed_finds_no_server_error(fuzzed: Stack, kind: str, tmp_p
     print(f"{kind} token: {found.group(1)} cases, none answered 5xx")
 
 
+@pytest.mark.slow
 def test_the_schema_documents_the_bearer_scheme_and_the_error_shape(fuzzed: Stack):
     schema = httpx.get(f"{fuzzed.api_url}/openapi.json").json()
     schemes = schema["components"]["securitySchemes"]

@@ -14,6 +14,10 @@ import pytest
 
 from tests.stack import ROOT, Stack, free_port, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 COURIER = [sys.executable, "-m", "messaging.cli"]
 
 

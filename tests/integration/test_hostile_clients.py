@@ -22,6 +22,10 @@ import pytest
 from tests.integration.conftest import Agent, Project
 from tests.stack import Proc, Stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 ANSWER_S = 1.0
 STALLED = 8
 DEADLINE_S = 10.0

@@ -24,6 +24,10 @@ from messaging.client import CourierAPIError
 from tests.integration.conftest import Agent, Project
 from tests.stack import Proc, Stack, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 LANE = "busy-1"
 
 

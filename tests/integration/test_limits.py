@@ -21,6 +21,10 @@ import pytest
 from tests.integration.conftest import Agent, Project
 from tests.stack import Stack, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 RATE_PER_S = 5
 MCP_ACCEPT = "application/json, text/event-stream"
 

@@ -18,6 +18,10 @@ import pytest
 from tests.receiver import Receiver
 from tests.stack import ROOT, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 # How long the outage test keeps the store frozen, then stopped.
 FROZEN_S = 8
 

@@ -37,6 +37,7 @@ def receiver() -> Iterator[Receiver]:
     r.stop()
 
 
+@pytest.mark.slow
 def test_observed_after_unknown_is_recorded_and_the_outcome_stays_unknown(
         hooks: Stack, receiver: Receiver):
     with hooks.operator() as op:

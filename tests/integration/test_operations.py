@@ -16,6 +16,10 @@ from messaging.client import CourierAPIError
 from tests.integration.conftest import Project
 from tests.stack import Stack, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 
 def _metric(text: str, name: str, labels: str = "") -> float:
     pattern = re.escape(name) + (re.escape("{" + labels + "}") if labels else "") + r" (\S+)"

@@ -16,6 +16,10 @@ from messaging.client import CourierClient
 from messaging.runtime.embedded import EmbeddedStore
 from tests.stack import ROOT, free_port, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 
 def _answers(url: str, auth: tuple[str, str] | None = None) -> bool:
     try:

@@ -99,6 +99,7 @@ def delivery_id(sent: dict[str, Any]) -> str:
     return str(sent["delivery"]["observations"][0]["delivery_id"])
 
 
+@pytest.mark.slow
 def test_final_old_messages_are_archived_and_removed_with_everything(world: World,
                                                                      kept: Stack) -> None:
     first = send(world, "Handoff")
@@ -193,6 +194,7 @@ def test_only_those_who_could_see_an_archived_message_learn_it_was_archived(
     assert _status(world.bob.delivery, guarded_did) == (404, "NOT_FOUND")
 
 
+@pytest.mark.slow
 def test_a_removed_id_answers_410_for_a_retention_period_then_404(world: World,
                                                                    kept: Stack) -> None:
     # The ids kept for 410 answers go from the store in their turn, so a busy
@@ -220,6 +222,7 @@ def test_a_removed_id_answers_410_for_a_retention_period_then_404(world: World,
     assert not [k for k in project_state(kept, world.project_id) if k.startswith(prefix)]
 
 
+@pytest.mark.slow
 def test_recent_activity_keeps_a_message_until_it_is_old(world: World) -> None:
     acked, control = send(world, "Ack me"), send(world, "Control")
     for m in (acked, control):
@@ -233,6 +236,7 @@ def test_recent_activity_keeps_a_message_until_it_is_old(world: World) -> None:
     assert time.monotonic() - acked_at >= RETENTION_S
 
 
+@pytest.mark.slow
 def test_a_retrying_delivery_keeps_its_message_whatever_its_age(world: World,
                                                                 receiver: Receiver) -> None:
     path = f"/{uuid.uuid4().hex}"
@@ -248,6 +252,7 @@ def test_a_retrying_delivery_keeps_its_message_whatever_its_age(world: World,
     assert d["outcome"] is None and len(d["attempts"]) == 1
 
 
+@pytest.mark.slow
 def test_inbox_cursor_never_skips_or_repeats_across_a_removal(world: World) -> None:
     sent = [send(world, f"Item {i}") for i in range(8)]
     for m in sent:
@@ -284,6 +289,7 @@ def test_inbox_cursor_never_skips_or_repeats_across_a_removal(world: World) -> N
     assert world.bob.inbox(cursor=cursor)["messages"] == []
 
 
+@pytest.mark.slow
 def test_mail_a_subagent_sent_under_its_session_s_address_leaves_nothing_behind(
         world: World, kept: Stack) -> None:
     lead = world.admin.register_agent(world.project_id, "Lead")

@@ -105,6 +105,7 @@ def test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue(
     assert unindexed(quiet) == 1
 
 
+@pytest.mark.slow
 def test_entries_older_than_the_lag_are_indexed_up_to_the_budget_even_then(
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)
@@ -138,6 +139,7 @@ def test_a_project_whose_own_mail_waits_is_left_while_others_are_indexed(
     assert store.client.llen(keys.search_queue(busy.project_id)) == 1
 
 
+@pytest.mark.slow
 def test_an_entry_leaves_the_queue_only_when_it_is_still_the_head_that_was_indexed(
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)
@@ -155,6 +157,7 @@ def test_an_entry_leaves_the_queue_only_when_it_is_still_the_head_that_was_index
     assert subjects(carol, "about") == ["Two", "One"]
 
 
+@pytest.mark.slow
 def test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed(
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)

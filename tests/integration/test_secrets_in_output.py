@@ -15,6 +15,10 @@ import pytest
 from messaging.runtime.embedded import EmbeddedStore
 from tests.stack import ROOT, free_port
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 WRONG = "wr0ng-pa55word-x7"
 START_AND_FAIL_WITHIN_S = 20.0
 

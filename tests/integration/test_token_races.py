@@ -11,6 +11,7 @@ import asyncio
 import itertools
 
 import httpx
+import pytest
 
 from tests.integration.conftest import Project
 
@@ -63,6 +64,7 @@ async def _sends(url: str, tokens: list[str]) -> list[int]:
         return list(await asyncio.gather(*(send(t) for t in tokens)))
 
 
+@pytest.mark.slow
 def test_no_mix_of_rotate_retire_and_close_leaves_a_working_token(project: Project):
     project.agent("Keeper")  # a recipient a working token could reach
     url = project.stack.api_url

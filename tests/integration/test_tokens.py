@@ -52,6 +52,7 @@ def test_retiring_or_closing_revokes_the_token_on_every_face(project: Project, a
     assert after == dict.fromkeys(after, 401), after
 
 
+@pytest.mark.slow
 def test_rotation_issues_a_new_token_and_revokes_the_old(project: Project):
     alice, _ = project.agent("Alice"), project.agent("Bob")
     url, old = project.stack.api_url, alice.row["token"]
@@ -98,6 +99,7 @@ def _events_until_end(lines: Iterator[str], within_s: float) -> list[str] | None
 
 # A rotated token's stream ends when the next mail comes; a retired agent gets no mail, so
 # its stream ends when it next renews its slot.
+@pytest.mark.slow
 @pytest.mark.parametrize(("action", "sent_status", "within_s"), [
     ("token", 201, 15), ("retire", 422, STREAM_RENEW_S + 10)])
 def test_an_open_stream_ends_once_its_token_stops_admitting(

@@ -32,6 +32,10 @@ from tests.plugins.echo import echo_installed
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until
 
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
+
 ECHO_POLICY = json.dumps({"echo": {"lease_s": 10, "retry_schedule_s": [0.2, 0.2, 0.2]}})
 # Sends (and how long each waits) until Flower lists a delivery task of the project.
 WARM_UP_SENDS = 5

@@ -79,6 +79,7 @@ def world(hooks: Stack, receiver: Receiver) -> Iterator[World]:
     w.close()
 
 
+@pytest.mark.slow
 def test_a_2xx_is_accepted_signed_with_the_delivery_id_and_carries_the_message(world: World):
     path, row = world.hook("Hooky")
     did = world.send("Hooky")
@@ -261,6 +262,7 @@ def test_a_given_secret_signs_and_is_never_listed(world: World):
     assert "s3cret" not in json.dumps(rows)
 
 
+@pytest.mark.slow
 def test_an_endpoint_failing_for_a_sustained_time_is_unhealthy_and_its_deliveries_wait(
         tmp_path_factory: pytest.TempPathFactory, receiver: Receiver):
     stack = make_stack(tmp_path_factory.mktemp("health"), webhook_timeout_s="1",

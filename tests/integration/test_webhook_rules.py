@@ -212,6 +212,7 @@ def test_stored_settings_that_cannot_be_used_end_failed_not_unknown(
     assert "hunter2" not in logs
 
 
+@pytest.mark.slow
 def test_a_lease_that_runs_out_before_hand_off_is_failed_after_it_unknown(
         tmp_path_factory: pytest.TempPathFactory):
     """A worker that stopped between lease and request sent nothing: `failed`. One that

@@ -7,6 +7,8 @@ true of a cluster is tested in test_sharding.py and test_cluster_faults.py.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.integration.test_delivery_worker import (
     own_stack,
     test_a_duplicate_delivery_task_changes_nothing,
@@ -50,6 +52,10 @@ from tests.integration.test_search_indexing import (
     test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed,
 )
 from tests.integration.test_send_rules import test_100_recipients_in_all_are_admitted
+
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
 
 # Imported to run here: pytest collects tests and fixtures by name from this module.
 __all__ = [

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from redis.cluster import RedisCluster
 
 from messaging.store import keys
 from tests.integration.conftest import Project
 from tests.stack import CLUSTER_NODES, Stack, wait_until
+
+# Its tests start processes of their own (stacks, API processes, `courier up`, the
+# CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
+pytestmark = pytest.mark.slow
 
 PROJECTS = 12  # all on one of three nodes by chance: 3 * (1/3)**12, about 1 in 177,000
 
