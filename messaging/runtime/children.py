@@ -9,6 +9,7 @@ the others are stopped and the run ends with 1, naming the one that died.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -28,6 +29,20 @@ CHILD_STOP_TIMEOUT_S = 15.0
 WATCH_INTERVAL_S = 0.2
 READER_JOIN_TIMEOUT_S = 1.0
 COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")
+# prctl(2): the signal a process gets when the thread that started it exits.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """On Linux, have this process get SIGTERM when its parent dies (a supervisor killed
+    with SIGKILL leaves no child serving on); elsewhere nothing. A parent already gone
+    ends this process at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextmanager

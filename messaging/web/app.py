@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import multiprocessing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,6 +24,7 @@ from messaging.config import OperatorTokenMissing, Settings, get_settings
 from messaging.errors import CourierError, store_full, store_unavailable
 from messaging.models import field_path
 from messaging.runtime import logs
+from messaging.runtime.children import die_with_parent
 from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
@@ -104,6 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
+        if multiprocessing.parent_process() is not None:
+            die_with_parent()  # one of several API processes, under uvicorn's supervisor
         quiet_per_event_logs(settings)
         # The server's own start lines go to uvicorn's logger, which every run shows.
         started = logging.getLogger("uvicorn.error")

@@ -6,7 +6,8 @@ default believes ``X-Forwarded-For`` from loopback, which would let any local
 process pick the address its requests are rate-limited by.
 
 ``COURIER_API_PROCESSES`` processes (default: the machine's cores) serve the
-one port, under uvicorn's supervisor, which restarts one that dies. What a
+one port, under uvicorn's supervisor, which restarts one that dies; each
+stops when the supervisor dies, however it dies. What a
 process would otherwise keep for itself is shared: rate limits and stream
 slots live in the store, the per-address connection cap is split evenly, and
 ``/metrics`` adds up every process's counters (prometheus-client's

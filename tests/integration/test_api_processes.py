@@ -125,11 +125,33 @@ def _refusals(metrics: str, code: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def test_killing_the_api_s_supervisor_leaves_no_process_serving_its_port(stack: Stack):
+    api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
+    try:
+        serving = _serving(api)
+        assert len(serving) == 2, serving
+        api.popen.kill()  # SIGKILL: uvicorn's supervisor cannot stop its processes itself
+        api.popen.wait(10)
+        deadline = time.monotonic() + 15
+        while any(Path(f"/proc/{pid}").exists() for pid in serving):
+            assert time.monotonic() < deadline, "an API process outlived its supervisor"
+            time.sleep(0.1)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/healthz", timeout=2)
+    finally:
+        api.stop()
+
+
+def _serving(api: Proc) -> list[int]:
+    """The API processes uvicorn's supervisor ``api`` started."""
+    return [pid for pid in _children(api.popen.pid)
+            if b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
 def test_one_api_of_two_processes_serves_its_port_and_adds_up_its_counters(stack: Stack):
     api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
     try:
-        serving = [pid for pid in _children(api.popen.pid)
-                   if b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        serving = _serving(api)
         assert len(serving) == 2, serving
         # Each on a new connection, so that both processes answer some.
         for _ in range(REQUESTS):
