@@ -46,12 +46,14 @@ def admitted(result: LoadResult, what: str) -> list[Admitted]:
     if refused:
         sample: Any = next((k for _, s, k in result.answers if s != 201), {})
         raise RunVoid(f"{what}: sends not admitted, by status: {refused}; e.g. {sample}")
-    out = []
-    for sent_us, _, kept in result.answers:
-        observations = kept["delivery"]["observations"]
-        out.append(Admitted(kept["id"], int(sent_us),
-                            tuple((o["delivery_id"], o["agent_id"]) for o in observations)))
-    return out
+    return [admitted_answer(kept, int(sent_us)) for sent_us, _, kept in result.answers]
+
+
+def admitted_answer(answer: dict[str, Any], sent_us: int | None = None) -> Admitted:
+    """One send's 201 answer as an ``Admitted`` (sent now unless ``sent_us`` says when)."""
+    return Admitted(answer["id"], time.time_ns() // 1000 if sent_us is None else sent_us,
+                    tuple((o["delivery_id"], o["agent_id"])
+                          for o in answer["delivery"]["observations"]))
 
 
 def _hmget(r: redis.Redis, project_id: str, dids: list[str],

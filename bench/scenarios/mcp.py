@@ -23,7 +23,13 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.context import Context
 from bench.population import body_md, populate
-from bench.verify import Admitted, RunVoid, check_exactly_once, wait_delivered
+from bench.verify import (
+    Admitted,
+    RunVoid,
+    admitted_answer,
+    check_exactly_once,
+    wait_delivered,
+)
 from messaging.client import CourierClient
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -49,15 +55,9 @@ def _tree_cpu_s(pid: int) -> float:
     return sum(spent.get(p, 0.0) for p in tree)
 
 
-def _admitted(answer: dict[str, Any]) -> Admitted:
-    return Admitted(answer["id"], time.time_ns() // 1000,
-                    tuple((o["delivery_id"], o["agent_id"])
-                          for o in answer["delivery"]["observations"]))
-
-
 def _over_http(url: str, token: str, sends: int, body: str) -> list[Admitted]:
     with CourierClient(url, token) as alice:
-        return [_admitted(alice.send(["Bob"], f"http {n}", body)) for n in range(sends)]
+        return [admitted_answer(alice.send(["Bob"], f"http {n}", body)) for n in range(sends)]
 
 
 async def _over_mcp(url: str, token: str, sends: int, body: str) -> list[Admitted]:
@@ -70,7 +70,7 @@ async def _over_mcp(url: str, token: str, sends: int, body: str) -> list[Admitte
                 "to": ["Bob"], "subject": f"mcp {n}", "body_md": body})
             if result.is_error or result.structured_content is None:
                 raise RunVoid(f"mcp: send_message failed: {result.content[:1]}")
-            out.append(_admitted(result.structured_content))
+            out.append(admitted_answer(result.structured_content))
     return out
 
 

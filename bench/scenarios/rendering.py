@@ -33,6 +33,7 @@ from bench.verify import (
     Admitted,
     RunVoid,
     admitted,
+    admitted_answer,
     check_exactly_once,
     wait_delivered,
 )
@@ -124,13 +125,7 @@ class Viewers:
                 body = crafted(shape) + f"\n\n{n}"
                 sent = alice.send(["Bob"], f"crafted {shape} {n}", body,
                                   thread_id=self.thread_id)
-                self.posted.append(_admitted(sent))
-
-
-def _admitted(sent: dict[str, Any]) -> Admitted:
-    observations = sent["delivery"]["observations"]
-    return Admitted(sent["id"], time.time_ns() // 1000,
-                    tuple((o["delivery_id"], o["agent_id"]) for o in observations))
+                self.posted.append(admitted_answer(sent))
 
 
 def _b_load(url: str, pop: Population, ctx: Context, what: str) -> tuple[LoadResult, LoadResult]:
@@ -173,10 +168,11 @@ def run(ctx: Context) -> dict[str, Any]:
         a = populate(url, c.operator_token, ["Alice", "Bob"])
         with CourierClient(url, a.agent("Alice").token) as alice:
             first = alice.send(["Bob"], "crafted bodies follow", "Bodies follow.")
-            a_sent = [_admitted(first)]
+            a_sent = [admitted_answer(first)]
             for shape in SHAPES:
-                a_sent.append(_admitted(alice.send(["Bob"], f"crafted {shape}", crafted(shape),
-                                                   thread_id=first["thread_id"])))
+                sent = alice.send(["Bob"], f"crafted {shape}", crafted(shape),
+                                  thread_id=first["thread_id"])
+                a_sent.append(admitted_answer(sent))
         loads: dict[str, list[tuple[LoadResult, LoadResult]]] = {"alone": [], "beside": []}
         answers_s: list[float] = []
         unrendered = 0
