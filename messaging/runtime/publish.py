@@ -13,9 +13,14 @@ A send's deliveries join their ready sets in the admission script itself; the
 API hands what it made ready (and other hand-overs, made ready here) to a
 ``BatchPublisher``: a task on its event loop that puts the projects in their
 rings and publishes their tickets. Each submission returns a future that says
-whether the batch carrying it was published, so an answer can tell about its
-own send. A failed publish loses nothing: the delivery is already in the
-store's outbox, and the sweeper hands it over again (``publish_again``).
+whether the batch carrying it was published. An answer does not wait for it
+while the publisher trusts the broker (its last publish went through, none is
+overdue): the send is in the store and its outbox, and saying nothing of its
+dispatch is true. Only while the publisher is in doubt (not yet heard from
+the broker, its last publish failed, or one is overdue) does an answer wait
+for its own publish, to say truly whether it was deferred. A failed publish
+loses nothing: the delivery is already in the store's outbox, and the
+sweeper hands it over again (``publish_again``).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ BATCH_MAX = 400
 # so a send made once the broker is gone says its dispatch was deferred.
 RIDE_S = 0.1
 IDLE_WAIT_S = 0.5
+# A publish on its way this long puts the publisher in doubt: the broker may be hanging.
+OVERDUE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -297,7 +304,10 @@ class BatchPublisher:
         self._wake = asyncio.Event()
         self._due: list[tuple[Due, list[asyncio.Future[bool]]]] = []
         self._due_wake = asyncio.Event()
-        self._sending = False  # tickets on their way to the broker
+        # When the tickets on their way to the broker left (monotonic seconds), or None.
+        self._sending_since: float | None = None
+        # Until a publish goes through: a failure of the broker or of ringing is known.
+        self._failing = True
         self._stopping = False
         self._ringing: asyncio.Task[None] | None = None
         self._ticketing: asyncio.Task[None] | None = None
@@ -307,6 +317,14 @@ class BatchPublisher:
     def ready_kinds(self) -> list[str]:
         """The transports whose deliveries admission makes ready itself."""
         return transport_kinds()
+
+    @property
+    def in_doubt(self) -> bool:
+        """True while an answer should wait for its own publish: the broker has not
+        taken a publish yet, the last one failed, or one has been on its way for
+        ``OVERDUE_S``."""
+        since = self._sending_since
+        return self._failing or (since is not None and time.monotonic() - since > OVERDUE_S)
 
     def start(self) -> None:
         """Start publishing (on the running event loop)."""
@@ -365,7 +383,7 @@ class BatchPublisher:
                         await asyncio.sleep(IDLE_WAIT_S)
                     continue
                 if not any(tickets for _, tickets in due) and not self._due \
-                        and not self._sending:
+                        and self._sending_since is None:
                     # It rides on tickets the broker took, none of them still on its way.
                     self._settle(futures, ok=True)
                 else:
@@ -386,7 +404,7 @@ class BatchPublisher:
                     for target, tickets in due:
                         merged[target] += tickets
                 futures = [f for _, batch_futures in queued for f in batch_futures]
-                self._sending = True
+                self._sending_since = time.monotonic()
                 try:
                     await asyncio.get_running_loop().run_in_executor(
                         self._broker, self.publisher.send, list(merged.items()))
@@ -395,9 +413,10 @@ class BatchPublisher:
                     if not self._stopping:
                         await asyncio.sleep(IDLE_WAIT_S)
                 else:
+                    self._failing = False
                     self._settle(futures, ok=True)
                 finally:
-                    self._sending = False
+                    self._sending_since = None
             if self._stopping and self._ringing is not None and self._ringing.done():
                 return  # nothing more can be queued
 
@@ -418,6 +437,7 @@ class BatchPublisher:
 
     def _settle(self, futures: list[asyncio.Future[bool]], *, ok: bool) -> None:
         if not ok:
+            self._failing = True
             self.failures += 1
             log.warning("publish of %d deliveries failed; the outbox keeps them", len(futures))
         for published in futures:

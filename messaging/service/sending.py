@@ -92,10 +92,22 @@ class Dispatcher(Protocol):
         on ``lane``); the future is as ``submit``'s."""
         ...
 
+    @property
+    def in_doubt(self) -> bool:
+        """True when a failing or silent broker is known: answers wait for their publish."""
+        ...
 
-async def dispatch_warning(published: list[asyncio.Future[bool]]) -> str | None:
-    """What an answer must say of publishing these deliveries, waiting briefly for it."""
-    if not published:
+
+async def dispatch_warning(dispatcher: Dispatcher,
+                           published: list[asyncio.Future[bool]]) -> str | None:
+    """What an answer must say of publishing these deliveries.
+
+    Nothing, at once, while the publisher trusts the broker: the deliveries are
+    in the store and its outbox, and the answer makes no claim on their
+    dispatch. While it is in doubt, the answer waits briefly for its own
+    publish and says whether it was deferred.
+    """
+    if not published or not dispatcher.in_doubt:
         return None
     done, _ = await asyncio.wait(published, timeout=PUBLISH_WAIT_S)
     if len(done) < len(published):
@@ -253,7 +265,7 @@ async def _admit(
         # What the script stored, without reading it back.
         written = {"json": message_json, "created_us": answer["created_us"],
                    "policy": answer["policy"], "observations": answer["observations"]}
-        warning = await dispatch_warning(published)
+        warning = await dispatch_warning(dispatcher, published)
         return Sent(201, _answer(written, replay=False, dispatch=warning))
     if status == "replay":
         stored = await store.get_message(project_id, answer["message_id"])

@@ -1,14 +1,16 @@
 """The broker warning describes this send (docs/http-api.md: Sending, warnings).
 
-An answer waits briefly for the publish of the batch carrying its own
-deliveries: a send while the broker is up has no "dispatch deferred" warning,
-the first send after the broker dies has it (once RIDE_S has passed: until
-then a send rides on the ticket the broker last took for its batch), and once
-it is back the sends have it no more.
+An answer does not wait for its publish while the publisher trusts the broker:
+it says nothing of dispatch, which is true. Once the publisher knows the broker
+is failing (a publish failed, or one is overdue), each answer waits briefly for
+its own publish and says "dispatch deferred" when it did not go through; once a
+publish goes through again, the answers stop waiting and carry it no more.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +21,8 @@ from messaging.client import CourierClient
 from messaging.config import Settings
 from messaging.runtime.celeryconf import queue_for
 from messaging.runtime.embedded import EmbeddedStore
-from messaging.runtime.publish import RIDE_S, Publisher
+from messaging.runtime.publish import OVERDUE_S, RIDE_S, Publisher
+from messaging.service.sending import PUBLISH_WAIT_S
 from tests.stack import free_port, make_stack, wait_until
 
 DEFERRED = "dispatch deferred"
@@ -29,9 +32,15 @@ def _deferred(sent: dict) -> list[str]:
     return [w for w in sent["delivery"]["warnings"] if w.startswith(DEFERRED)]
 
 
+def _timed_send(alice: CourierClient, subject: str) -> tuple[dict, float]:
+    began = time.monotonic()
+    sent = alice.send(["Bob"], subject, "x")
+    return sent, time.monotonic() - began
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path):
+def test_answers_wait_for_their_publish_only_once_the_broker_is_known_to_fail(tmp_path: Path):
     broker = EmbeddedStore(tmp_path / "broker", port=free_port())
     broker.start()
     stack = make_stack(tmp_path / "stack", broker_url=broker.url)
@@ -44,20 +53,36 @@ def test_the_first_send_after_the_broker_dies_carries_the_warning(tmp_path: Path
             admin.register_agent(p["project_id"], "Bob")
         up = [alice.send(["Bob"], f"while up {n}", "x") for n in range(3)]
         assert [_deferred(s) for s in up] == [[], [], []]
+
+        # A hanging broker: the first send's answer does not wait on it and claims nothing.
+        assert broker.pid is not None
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(RIDE_S)  # past riding: this send's batch needs a ticket of its own
+            first, took = _timed_send(alice, "first into a hanging broker")
+            assert not _deferred(first) and took < PUBLISH_WAIT_S / 2, (took, first)
+            # Its publish is overdue now: an answer waits for its own and says it is deferred.
+            time.sleep(OVERDUE_S)
+            waited, took = _timed_send(alice, "while the publish hangs")
+            assert _deferred(waited) and took >= PUBLISH_WAIT_S, (took, waited)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        wait_until(lambda: not _deferred(alice.send(["Bob"], "after", "x")), 30, 0.2,
+                   "a send without the warning once the broker answers again")
+
+        # A dead broker: once a publish failed, every answer says its dispatch is deferred.
         broker.stop()
-        # A send rides on its batch's ticket only while the broker took one within RIDE_S.
         time.sleep(RIDE_S)
-        first = alice.send(["Bob"], "first after the broker died", "x")
-        assert _deferred(first), first["delivery"]["warnings"]
-        second = alice.send(["Bob"], "second", "x")
-        assert _deferred(second)
-        # Back up: the warning goes with the first send published again, and
-        # no later send carries it.
+        wait_until(lambda: _deferred(alice.send(["Bob"], "into a dead broker", "x")), 10, 0.1,
+                   "a send with the warning once a publish failed")
+        assert _deferred(alice.send(["Bob"], "still dead", "x"))
+
         broker.start()
-        wait_until(lambda: not _deferred(alice.send(["Bob"], "after", "x")), 30, 0.5,
+        wait_until(lambda: not _deferred(alice.send(["Bob"], "back", "x")), 30, 0.5,
                    "a send without the warning once the broker is back")
-        again = [alice.send(["Bob"], f"back up {n}", "x") for n in range(3)]
-        assert [_deferred(s) for s in again] == [[], [], []]
+        again = [_timed_send(alice, f"back up {n}") for n in range(3)]
+        assert [_deferred(s) for s, _ in again] == [[], [], []]
+        assert all(took < PUBLISH_WAIT_S / 2 for _, took in again), again
     finally:
         if alice is not None:
             alice.close()
