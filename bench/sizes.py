@@ -41,8 +41,8 @@ class Sizes:
     # drain of 1,000 can fall in one; longer windows and a third flood make that rare.)
     # Rendering: B's time under load on each side (alone, beside A's thread), split
     # into turns that alternate, and B's rate of sends and of reads.
-    render_s: float = 30.0
-    render_turns: int = 3
+    render_s: float = 60.0
+    render_turns: int = 6
     render_rate_per_s: float = 10.0
     # MCP against HTTP: sequential sends over each face.
     mcp_sends: int = 300
