@@ -19,6 +19,7 @@ from messaging.store.names import Names
 from messaging.store.schema import AgentField, DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
+from messaging.store.ticks import TickBatch
 from messaging.types import Json
 
 IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
@@ -41,6 +42,8 @@ class Store:
         # Blocking reads (event streams) wait on connections of their own, never the API's.
         self.waits = waits or client
         self.scripts = scripts_for(client)
+        # The rate checks and admissions of one event-loop tick go in one pipeline.
+        self.ticks = TickBatch(client)
         self.scopes: Lru[str, tuple[float, Json]] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
@@ -110,8 +113,8 @@ class Store:
     async def take_request(self, bucket: str, interval_us: int, burst_us: int) -> int:
         """One request from a rate bucket every API process shares (``take_request.lua``):
         0 when it may go, else the µs until one may."""
-        return int(await self.scripts["take_request"](keys=[bucket],
-                                                      args=[interval_us, burst_us]))
+        return int(await self.ticks.run(self.scripts["take_request"], [bucket],
+                                        [interval_us, burst_us]))
 
     async def _forget_token(self, token_hash: str) -> None:
         """Remove a token's scope record (its agent no longer points at it)."""
@@ -343,9 +346,8 @@ class Store:
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
-        raw = await self.scripts["admit_message"](
-            keys=script_keys, args=[orjson.dumps(args), message_json]
-        )
+        raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
+                                   [orjson.dumps(args), message_json])
         answer: Json = orjson.loads(raw)
         return answer
 
