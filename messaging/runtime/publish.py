@@ -38,6 +38,7 @@ from celery import Celery
 from kombu.exceptions import ChannelError
 
 from messaging.config import Settings
+from messaging.runtime.brokerclient import transport_for
 from messaging.runtime.celeryconf import (
     DELIVER_TASK,
     batch_size,
@@ -92,7 +93,8 @@ class Publisher:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app = Celery("courier-publisher", set_as_current=False)
-        self.app.conf.update(celery_config(settings))
+        self.app.conf.update(celery_config(settings),
+                             broker_transport=transport_for(settings.celery_broker_url))
         self._store: DeliveryStore | None = None
         # Queues whose last tickets failed to publish: what joins them next cannot
         # ride on a ticket of those, so it is counted whole.
@@ -152,10 +154,18 @@ class Publisher:
     def due(self, wanted: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], int]]:
         """The tickets to publish now: those wanted, and one for a queue whose broker
         was not heard from for ``RIDE_S`` (a send rides on its batch's ticket only
-        while the broker is known to be there)."""
+        while the broker is known to be there). That ticket counts as heard from
+        until its publish ends: batches made while it is on its way ride on it (if it
+        fails, the queue is owed a whole ticket next time)."""
         now = time.monotonic()
-        return [(target, tickets or int(now - self._heard.get(target, 0.0) > RIDE_S))
-                for target, tickets in wanted.items()]
+        out = []
+        for target, tickets in wanted.items():
+            if not tickets and now - self._heard.get(target, 0.0) > RIDE_S:
+                tickets = 1
+            if tickets:
+                self._heard[target] = now
+            out.append((target, tickets))
+        return out
 
     def send(self, due: list[tuple[tuple[str, str], int]]) -> int:
         """Publish the tickets ``due`` gave; how many.
