@@ -95,6 +95,7 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
     capture = _Capture()
     store = Store(aioredis.Redis())  # never connects: its script call is captured
     store.scripts["admit_message"] = capture
+    store.ticks.pipelines = False  # each call goes to the capture as it is made
     settings = get_settings().model_copy(update={"redis_url": url})
     dispatcher = Dispatcher(DeliveryStore(client), settings)
     inbox = InboxTransport(settings)
