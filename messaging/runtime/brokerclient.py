@@ -2,8 +2,8 @@
 
 kombu's Redis channel makes a new ``redis.Redis`` for each command it sends
 outside its consumer (a publish, a queue's length): with redis-py 8 that
-object builds a table of some 170 reply handlers each time, about 0.2 ms of
-CPU per Celery task published, paid by the API for every ticket. This channel
+object builds a table of some 170 reply handlers each time, a large share of
+the CPU each Celery task's publish costs the API. This channel
 makes that client once and keeps it while its connection pool lives (kombu
 replaces the pool after a connection failure, and the client with it). What
 the client sends, and over which connections, is unchanged.

@@ -162,8 +162,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for store_down in STORE_DOWN:
         app.add_exception_handler(store_down, _store_down)
     # The routers' routes go on the app's own router, in the same order: an included
-    # router is matched through FastAPI's per-request include machinery, which cost a
-    # send about a tenth of its CPU; the routes and the OpenAPI schema are the same.
+    # router is matched per request through FastAPI's include machinery, a cost every
+    # request pays; the routes and the OpenAPI schema are the same either way.
     for module in (ops, projects, lanes, names, messages, deliveries, held, human, live, search,
                    console, docs):
         app.router.routes.extend(module.router.routes)
