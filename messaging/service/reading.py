@@ -5,6 +5,8 @@ Reading never dispatches. Fetching the inbox records ``delivery_observed``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, InboxQuery
@@ -31,13 +33,16 @@ def _project_of(caller: Caller, scoped_id: str, what: str) -> str:
     return project_id
 
 
-def visible(caller: Caller, record: Json) -> Json | None:
-    """The message as the caller may see it, or None."""
-    sent_by = senders(unpack_message(record["json"]))
-    if caller.kind is not CallerKind.AGENT or caller.agent_id in sent_by:
-        return message_view(record, full=True)
+def visible(caller: Caller, record: Json, unpacked: Json | None = None) -> Json | None:
+    """The message as the caller may see it, or None.
+
+    ``unpacked``: the record's message already unpacked (a body is parsed once per read).
+    """
+    msg = unpacked if unpacked is not None else unpack_message(record["json"])
+    if caller.kind is not CallerKind.AGENT or caller.agent_id in senders(msg):
+        return message_view(record, full=True, unpacked=msg)
     if caller.agent_id in {a for _, a in deliveries_of(record)} - withheld_from(record):
-        return message_view(record, full=False, viewer_id=caller.agent_id)
+        return message_view(record, full=False, viewer_id=caller.agent_id, unpacked=msg)
     return None
 
 
@@ -62,8 +67,13 @@ async def _thread_ids(store: Store, project_id: str, thread_id: str) -> list[str
     return mids
 
 
-def _in_thread(record: Json | None, thread_id: str) -> bool:
-    return record is not None and unpack_message(record["json"])["thread_id"] == thread_id
+def _of_thread(records: Iterable[Json | None], thread_id: str) -> Iterator[tuple[Json, Json]]:
+    """The records of ``thread_id``, each with its message unpacked (once), in order."""
+    for record in records:
+        if record is not None:
+            msg = unpack_message(record["json"])
+            if msg["thread_id"] == thread_id:
+                yield record, msg
 
 
 async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
@@ -72,14 +82,16 @@ async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
     records = await store.get_messages(
         caller.project_id, await _thread_ids(store, caller.project_id, thread_id))
-    views = [v for r in records
-             if r and _in_thread(r, thread_id) and (v := visible(caller, r)) is not None]
+    views = [v for r, msg in _of_thread(records, thread_id)
+             if (v := visible(caller, r, msg)) is not None]
     if not views:
         raise not_found("thread")
     return {"thread_id": thread_id, "messages": views}
 
 
-# How many of a thread's messages one store read looks at for a participation check.
+# How many of a thread's messages one store read looks at for a participation check:
+# the newest few first (a thread's recent posters are the likely callers), then more.
+THREAD_FIRST_BATCH = 8
 THREAD_BATCH = 200
 
 
@@ -94,14 +106,15 @@ async def takes_part(store: Store, caller: Caller, thread_id: str) -> bool:
         return True
     mids = await _thread_ids(store, project_id, thread_id)
     found = False
-    # newest first: a thread's recent posters are the likely callers
-    for end in range(len(mids), 0, -THREAD_BATCH):
-        batch = mids[max(0, end - THREAD_BATCH):end]
-        for record in await store.get_messages(project_id, batch):
-            if record is not None and _in_thread(record, thread_id):
-                found = True
-                if visible(caller, record) is not None:
-                    return True
+    end, size = len(mids), THREAD_FIRST_BATCH
+    while end > 0:
+        batch = mids[max(0, end - size):end]
+        records = await store.get_messages(project_id, batch)
+        for record, msg in _of_thread(reversed(records), thread_id):
+            found = True
+            if visible(caller, record, msg) is not None:
+                return True
+        end, size = end - len(batch), THREAD_BATCH
     return not found
 
 

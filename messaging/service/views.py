@@ -57,13 +57,15 @@ def agent_row(agent: Json) -> Json:
     }
 
 
-def message_view(record: Json, *, full: bool, viewer_id: str | None = None) -> Json:
+def message_view(record: Json, *, full: bool, viewer_id: str | None = None,
+                 unpacked: Json | None = None) -> Json:
     """A stored message as one viewer may see it.
 
     ``full`` shows everything (sender, project, operator); otherwise bcc shows
-    only the viewer, and the sender's summary is left out.
+    only the viewer, and the sender's summary is left out. ``unpacked`` is the
+    record's message already unpacked, when the caller has it (it becomes the view).
     """
-    msg: Json = unpack_message(record["json"])
+    msg: Json = unpacked if unpacked is not None else unpack_message(record["json"])
     msg.pop("via_id", None)  # who may see it as its sender; ``via`` names that agent
     if not full:
         resolved: dict[str, str] = json.loads(record.get("resolved") or "{}")
