@@ -183,6 +183,7 @@ def rendering_rows(r: Json) -> list[Row]:
              target="<= 2000 ms", check=_at_most(2000)),
         _row("rendering", "pathological thread, p50 answer ms", t["p50_ms"]),
         _row("rendering", "pathological thread, answers", t["answers"]),
+        _row("rendering", "pathological thread, answers 304 (unchanged)", t["not_modified"]),
         _row("rendering", "crafted bodies in it", t["crafted_bodies"]),
     ]
     return rows

@@ -11,19 +11,29 @@ A megabyte of crafted Markdown still costs the parser most of a second, so
 rendering never runs on the event loop: it runs in a ``BudgetPool`` of child processes,
 each body within a time budget. A body that does not render within its budget
 is shown as escaped preformatted text. A message never changes, so each
-body's HTML is kept (in this process, up to ``CACHE_CHARS`` characters) and rendered
-once. A request waits at most ``WAIT_S`` for its bodies: what is not ready by
-then is shown preformatted this time and goes on rendering for the next.
+body's HTML is kept (in this process, up to ``CACHE_BYTES`` bytes, already
+encoded as a JSON string, so that an answer only copies it) and rendered once. A
+request waits at most ``WAIT_S`` for its bodies: what is not ready by then is
+shown preformatted this time and goes on rendering for the next.
+
+A rendered thread carries ``body_html`` in place of ``body_md``: it is for
+showing, and sending both would double every view of a long thread (the
+Markdown is in ``GET /v1/threads/{id}``). Its ``tag`` changes whenever what it
+shows does, and is cheap to make (a digest of each body's HTML is kept with
+it), so a viewer refreshing an unchanged thread is told so without the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import html
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import cmarkgfm
 import nh3
+import orjson
 
 from messaging.runtime.budgetpool import BudgetPool, PoolBusy
 from messaging.service.caller import Caller
@@ -42,8 +52,8 @@ UNRENDERED_CLASS = "unrendered"
 # How long one request waits for its bodies; with the read of the thread it
 # answers within 2 s even on a busy machine.
 WAIT_S = 1.0
-# The HTML kept in this process, in characters.
-CACHE_CHARS = 64 * 1024 * 1024
+# The HTML kept in this process, in bytes of its JSON encoding.
+CACHE_BYTES = 64 * 1024 * 1024
 # Bodies waiting for a child process at most; beyond, shown preformatted at once.
 MAX_WAITING = 256
 
@@ -68,16 +78,45 @@ def preformatted(text: str) -> str:
     return f'<pre class="{UNRENDERED_CLASS}">{html.escape(text)}</pre>'
 
 
+# A body's HTML not kept: shown preformatted for now, or the empty body. Either is
+# the same for the same message, so a thread's tag can stand for it by this mark.
+NOT_KEPT = b"-"
+# Bytes of each body's digest, and of a thread's tag.
+DIGEST_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A body's HTML, encoded once as a JSON string (orjson copies it into each answer
+    as it is), and a digest that changes when the HTML does."""
+
+    html: orjson.Fragment
+    digest: bytes = NOT_KEPT
+
+
+def shown_now(text: str) -> Shown:
+    """``text`` (a body not rendered yet, or the empty one) as it is shown for now."""
+    return Shown(orjson.Fragment(orjson.dumps(preformatted(text) if text else "")))
+
+
+def kept(html_text: str) -> tuple[Shown, int]:
+    """A body's final HTML as kept: encoded, digested; and its size in bytes."""
+    json_text = orjson.dumps(html_text)
+    digest = hashlib.blake2b(json_text, digest_size=DIGEST_BYTES).digest()
+    return Shown(orjson.Fragment(json_text), digest), len(json_text)
+
+
 class Renderer:
     """Bodies to HTML off the event loop, each message once, within a budget."""
 
-    def __init__(self, processes: int, budget_s: float, cache_chars: int = CACHE_CHARS,
+    def __init__(self, processes: int, budget_s: float, cache_bytes: int = CACHE_BYTES,
                  wait_s: float = WAIT_S) -> None:
         self.pool = BudgetPool(render_markdown, processes, budget_s, MAX_WAITING)
-        self.cache_chars, self.wait_s = cache_chars, wait_s
-        self._cache: OrderedDict[str, str] = OrderedDict()
-        self._cached_chars = 0
-        self._rendering: dict[str, asyncio.Task[str]] = {}
+        self.cache_bytes, self.wait_s = cache_bytes, wait_s
+        # Each body's HTML as shown, with its size in bytes.
+        self._cache: OrderedDict[str, tuple[Shown, int]] = OrderedDict()
+        self._cached_bytes = 0
+        self._rendering: dict[str, asyncio.Task[Shown]] = {}
 
     async def start(self) -> None:
         """Start the child processes."""
@@ -87,26 +126,26 @@ class Renderer:
         """Stop the child processes."""
         await self.pool.stop()
 
-    async def bodies(self, messages: dict[str, str]) -> dict[str, str]:
+    async def bodies(self, messages: dict[str, str]) -> dict[str, Shown]:
         """Each message id's body as HTML; preformatted where not ready within ``wait_s``."""
-        out: dict[str, str] = {}
-        waiting: dict[str, asyncio.Task[str]] = {}
+        out: dict[str, Shown] = {}
+        waiting: dict[str, asyncio.Task[Shown]] = {}
         for message_id, text in messages.items():
             if (cached := self._cached(message_id)) is not None:
                 out[message_id] = cached
             elif text:
                 waiting[message_id] = self._render(message_id, text)
             else:
-                out[message_id] = ""
+                out[message_id] = shown_now(text)
         if waiting:
             # Shielded: a body not ready in time goes on rendering, for the next request.
             await asyncio.wait([asyncio.shield(t) for t in waiting.values()],
                                timeout=self.wait_s)
         for message_id, task in waiting.items():
-            out[message_id] = task.result() if task.done() else preformatted(messages[message_id])
+            out[message_id] = task.result() if task.done() else shown_now(messages[message_id])
         return out
 
-    def _render(self, message_id: str, text: str) -> asyncio.Task[str]:
+    def _render(self, message_id: str, text: str) -> asyncio.Task[Shown]:
         """The one rendering of this message, started unless already under way."""
         task = self._rendering.get(message_id)
         if task is None:
@@ -115,38 +154,43 @@ class Renderer:
             task.add_done_callback(lambda _: self._rendering.pop(message_id, None))
         return task
 
-    async def _rendered(self, message_id: str, text: str) -> str:
+    async def _rendered(self, message_id: str, text: str) -> Shown:
         try:
             result = await self.pool.run(text)
         except PoolBusy:
-            return preformatted(text)  # shown now, rendered when there is room
-        shown = preformatted(text) if result is None else result
-        self._keep(message_id, shown)
+            return shown_now(text)  # rendered when there is room
+        shown, size = kept(preformatted(text) if result is None else result)
+        self._keep(message_id, shown, size)
         return shown
 
-    def _cached(self, message_id: str) -> str | None:
+    def _cached(self, message_id: str) -> Shown | None:
         found = self._cache.get(message_id)
-        if found is not None:
-            self._cache.move_to_end(message_id)
-        return found
+        if found is None:
+            return None
+        self._cache.move_to_end(message_id)
+        return found[0]
 
-    def _keep(self, message_id: str, shown: str) -> None:
-        size = len(shown)
-        if size > self.cache_chars:
+    def _keep(self, message_id: str, shown: Shown, size: int) -> None:
+        if size > self.cache_bytes:
             return
-        self._cache[message_id] = shown
-        self._cached_chars += size
-        while self._cached_chars > self.cache_chars:
-            _, dropped = self._cache.popitem(last=False)
-            self._cached_chars -= len(dropped)
+        self._cache[message_id] = shown, size
+        self._cached_bytes += size
+        while self._cached_bytes > self.cache_bytes:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_bytes -= dropped
 
 
 async def rendered_thread(store: Store, caller: Caller, thread_id: str,
-                          renderer: Renderer) -> Json:
-    """The thread as ``GET /v1/threads/{id}`` shows it, each message with ``body_html``."""
+                          renderer: Renderer) -> tuple[Json, str]:
+    """The thread as ``GET /v1/threads/{id}`` shows it, each message's ``body_md`` as
+    ``body_html``; and its tag, which changes whenever the answer does."""
     thread = await get_thread(store, caller, thread_id)
-    shown = await renderer.bodies({msg["id"]: msg.get("body_md") or ""
+    shown = await renderer.bodies({msg["id"]: msg.pop("body_md", None) or ""
                                    for msg in thread["messages"]})
+    # Everything but the bodies, then each body's digest: the bodies are the bulk.
+    tag = hashlib.blake2b(orjson.dumps(thread), digest_size=DIGEST_BYTES)
     for msg in thread["messages"]:
-        msg["body_html"] = shown[msg["id"]]
-    return thread
+        body = shown[msg["id"]]
+        tag.update(body.digest)
+        msg["body_html"] = body.html
+    return thread, tag.hexdigest()

@@ -134,8 +134,8 @@ class DeliveryReport(Answer):
     observations: list[Observation]
 
 
-class Message(Answer):
-    """A message as the caller may see it."""
+class MessageHead(Answer):
+    """A message as the caller may see it, but for its body."""
 
     id: str
     project_id: str
@@ -150,11 +150,16 @@ class Message(Answer):
     cc: list[str]
     bcc: list[str]
     subject: str
-    body_md: str
     topic: str | None = None
     importance: str
     ack_required: bool
     notification_policy: str
+
+
+class Message(MessageHead):
+    """A message as the caller may see it."""
+
+    body_md: str
 
 
 class Sent(Message):
@@ -187,8 +192,8 @@ class Thread(Answer):
     messages: list[Message]
 
 
-class RenderedMessage(Message):
-    """A message with its Markdown as sanitized HTML."""
+class RenderedMessage(MessageHead):
+    """A message with its Markdown as sanitized HTML (in place of ``body_md``)."""
 
     body_html: str
 

@@ -165,6 +165,29 @@ def test_a_thread_shows_rendered_markdown_and_each_delivery_timeline(console: Co
     assert console.errors == []
 
 
+def test_a_thread_refreshed_unchanged_is_a_304_and_a_new_message_still_shows(
+        console: Console, project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    sent = alice.api.send("Bob", "Deploy plan", "Step *one*.")
+    searchable(project, "Deploy plan")
+    page = console.page
+    console.sign_in()
+    console.go("messages")
+    with page.expect_response(lambda r: "/rendered" in r.url) as first:
+        page.click("a.subject:has-text('Deploy plan')")
+    assert first.value.status == 200
+    # The next refresh (every 2 s) sends the thread's ETag back; it has not changed.
+    with page.expect_response(lambda r: "/rendered" in r.url) as refresh:
+        pass
+    assert refresh.value.status == 304
+    page.wait_for_timeout(100)  # the refresh draws what it had: the thread still shows
+    assert page.inner_text("article.message .body em") == "one"
+    bob.api.reply(sent["id"], "Step *two* is done.")
+    page.wait_for_selector("article.message:nth-of-type(2) .body em")
+    assert page.inner_text("article.message:nth-of-type(2) .body em") == "two"
+    assert console.errors == []
+
+
 def test_search_finds_by_words_and_sender(console: Console, project: Project):
     alice, carol = project.agent("Alice"), project.agent("Carol")
     project.agent("Bob")

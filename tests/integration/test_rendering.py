@@ -127,3 +127,32 @@ def _new_project(stack: Any) -> Json:
     with stack.operator() as op:
         p = op.create_project(key)
     return {"project_id": p["project_id"], "project_key": key, "token": p["token"]}
+
+
+def test_a_rendered_thread_carries_the_html_in_place_of_the_markdown(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    sent = alice.api.send("Bob", "Plan", "# Plan\n\nstep *one*")
+    plain = bob.api.request("GET", f"/v1/threads/{sent['thread_id']}")["messages"][0]
+    shown = bob.api.request("GET", f"/v1/threads/{sent['thread_id']}/rendered")["messages"][0]
+    assert "body_md" not in shown and "<em>one</em>" in shown["body_html"]
+    assert {k: v for k, v in plain.items() if k != "body_md"} == {
+        k: v for k, v in shown.items() if k != "body_html"}
+
+
+def test_an_unchanged_rendered_thread_answers_304_and_a_changed_one_a_new_etag(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    project.agent("Carol")
+    sent = alice.api.send("Bob", "Plan", "step *one*", bcc=["Carol"])
+    path = f"/v1/threads/{sent['thread_id']}/rendered"
+    first = bob.api.http.get(path)
+    etag = first.headers["ETag"]
+    assert first.status_code == 200 and etag == bob.api.http.get(path).headers["ETag"]
+    again = bob.api.http.get(path, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
+    assert bob.api.http.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
+    # Another view of the same thread (only the sender sees its bcc) has a tag of its own.
+    assert alice.api.http.get(path, headers={"If-None-Match": etag}).status_code == 200
+    bob.api.reply(sent["id"], "step *two*")
+    grown = bob.api.http.get(path, headers={"If-None-Match": etag})
+    assert grown.status_code == 200 and grown.headers["ETag"] != etag
+    assert [m["subject"] for m in grown.json()["messages"]] == ["Plan", "Re: Plan"]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from importlib import resources
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from messaging.errors import not_found
 from messaging.service import rendering
 from messaging.web import answers
-from messaging.web.deps import Svc, Who, ok
+from messaging.web.deps import FastJSONResponse, Svc, Who
 
 router = APIRouter(tags=["console"])
 
@@ -48,11 +48,27 @@ async def console_asset(asset: str) -> Response:
     return _file(asset, ASSETS[asset])
 
 
-@router.get("/v1/threads/{thread_id}/rendered", response_model=answers.RenderedThread)
-async def rendered_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
-    """A thread as the caller may see it, each message with sanitized ``body_html``.
+@router.get("/v1/threads/{thread_id}/rendered", response_model=answers.RenderedThread,
+            responses={304: {"description": "Not modified: the thread is as the `ETag` "
+                                             "sent in `If-None-Match` stands for"}})
+async def rendered_thread(thread_id: str, request: Request, svc: Svc, who: Who) -> Response:
+    """A thread as the caller may see it, each message's body as sanitized ``body_html``.
 
-    A body that cannot be rendered within the budget is shown as escaped
-    preformatted text (``<pre class="unrendered">``).
+    ``body_html`` stands in place of ``body_md``. A body that cannot be rendered
+    within the budget is shown as escaped preformatted text
+    (``<pre class="unrendered">``). The answer's ``ETag``
+    changes whenever the answer does: sent back in ``If-None-Match``, an
+    unchanged thread answers 304 with no body.
     """
-    return ok(await rendering.rendered_thread(svc.store, who, thread_id, svc.renderer))
+    thread, tag = await rendering.rendered_thread(svc.store, who, thread_id, svc.renderer)
+    etag = f'"{tag}"'
+    headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+    named = if_none_match(request.headers.get("if-none-match", ""))
+    if etag in named or "*" in named:
+        return Response(status_code=304, headers=headers)
+    return FastJSONResponse(thread, headers=headers)
+
+
+def if_none_match(header: str) -> set[str]:
+    """The entity tags an ``If-None-Match`` header names (weak ones compared as strong)."""
+    return {t.strip().removeprefix("W/") for t in header.split(",") if t.strip()}

@@ -27,7 +27,7 @@ const session = {
 
 // UI state kept across polls (never in the URL but the view and the thread id).
 const ui = {search: {q: "", from: "", topic: ""}, human: {cursor: "", messages: []},
-  drawn: "", timer: null, busy: false};
+  drawn: "", timer: null, busy: false, shownThread: null};
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -37,15 +37,17 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
-  const headers = {Authorization: `Bearer ${session.token}`};
+async function api(method, path, body, extraHeaders) {
+  const headers = {Authorization: `Bearer ${session.token}`, ...extraHeaders};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method, headers, credentials: "omit", cache: "no-store",
     body: body === undefined ? undefined : JSON.stringify(body),
   });
+  if (response.status === 304) return {notModified: true};
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new ApiError(response.status, data);
+  if (response.headers.has("ETag")) data.etag = response.headers.get("ETag");
   return data;
 }
 
@@ -211,8 +213,21 @@ function timeline(d) {
     attempts.length ? el("ul", {class: "attempts"}, attempts) : null);
 }
 
+// The thread last shown (ui.shownThread): a refresh of an unchanged thread is
+// answered 304, with no body.
+async function renderedThread(threadId) {
+  const last = ui.shownThread;
+  const known = last && last.token === session.token && last.id === threadId && last.thread.etag
+    ? last : null;
+  const answer = await api("GET", `/v1/threads/${encodeURIComponent(threadId)}/rendered`,
+    undefined, known ? {"If-None-Match": known.thread.etag} : {});
+  if (answer.notModified && known) return known.thread;
+  ui.shownThread = {token: session.token, id: threadId, thread: answer};
+  return answer;
+}
+
 async function loadThread(threadId) {
-  const thread = await api("GET", `/v1/threads/${encodeURIComponent(threadId)}/rendered`);
+  const thread = await renderedThread(threadId);
   const deliveries = await Promise.all(thread.messages.map((m) =>
     api("GET", `/v1/messages/${encodeURIComponent(m.id)}/deliveries`)
       .then((r) => r.deliveries).catch(() => [])));
@@ -436,6 +451,7 @@ function signOut(message) {
   session.clear();
   clearInterval(ui.timer);
   ui.human = {cursor: "", messages: []};
+  ui.shownThread = null;
   document.getElementById("app").hidden = true;
   document.getElementById("signout").hidden = true;
   document.getElementById("signin-view").hidden = false;
