@@ -5,6 +5,7 @@ Reading never dispatches. Fetching the inbox records ``delivery_observed``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator
 
 from messaging import ids
@@ -76,14 +77,27 @@ def _of_thread(records: Iterable[Json | None], thread_id: str) -> Iterator[tuple
                 yield record, msg
 
 
+# A thread read lets other requests run after parsing each this many bytes of stored
+# messages, so a thread of long bodies does not hold the event loop while all of it
+# is parsed.
+PARSE_SLICE_BYTES = 256 * 1024
+
+
 async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
     """The thread's messages the caller may see, oldest first."""
     if caller.project_id is None:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
     records = await store.get_messages(
         caller.project_id, await _thread_ids(store, caller.project_id, thread_id))
-    views = [v for r, msg in _of_thread(records, thread_id)
-             if (v := visible(caller, r, msg)) is not None]
+    views = []
+    parsed = 0
+    for record, msg in _of_thread(records, thread_id):
+        if (view := visible(caller, record, msg)) is not None:
+            views.append(view)
+        parsed += len(record["json"])
+        if parsed >= PARSE_SLICE_BYTES:  # a thread of long bodies: let others run
+            parsed = 0
+            await asyncio.sleep(0)
     if not views:
         raise not_found("thread")
     return {"thread_id": thread_id, "messages": views}
