@@ -16,6 +16,7 @@ import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.telemetry import TelemetryConfig
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
@@ -55,6 +56,10 @@ from messaging.web.routes import (
     projects,
     search,
 )
+
+# Courier's metrics are Prometheus's (/metrics). FastAPI's OpenTelemetry hooks, on by
+# default, look for configured providers on every request.
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 # Errors raised by the framework itself (unknown route, undecodable body), in our shape.
 FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
@@ -142,7 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # MCP is an ASGI app of its own, declared beside the routers.
     mcp_route = Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"])
     app = CourierAPI(title="Courier", version=__version__, description=openapi.DESCRIPTION,
-                     lifespan=lifespan, routes=[mcp_route],
+                     lifespan=lifespan, routes=[mcp_route], telemetry=NO_TELEMETRY,
                      docs_url=None, redoc_url=None)  # served offline by the docs router
     # Outermost last. The caller is known from the headers first (Authenticate), then
     # the body is read at its pace (BodyLimit), then the project's requests past its
