@@ -1,0 +1,72 @@
+"""The send route's direct path answers exactly as FastAPI's own handler does.
+
+A body declared ``application/json`` takes the direct path; the same bytes
+declared ``application/merge-patch+json`` (JSON too, for FastAPI) take
+FastAPI's handler. Every answer, refusals included, must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Project
+
+DIRECT = "application/json"
+FASTAPIS = "application/merge-patch+json"
+
+REFUSED_BODIES = {
+    "unknown field": {"to": ["Bob"], "subject": "s", "body_md": "b", "colour": "red"},
+    "no recipient": {"subject": "s", "body_md": "b"},
+    "a number for a list": {"to": 5, "subject": "s", "body_md": "b"},
+    "a string for a boolean": {"to": ["Bob"], "subject": "s", "body_md": "b",
+                               "ack_required": "true"},
+    "a nested wrong type": {"to": ["Bob"], "resource_notice": {"resource_id": 5}},
+    "an unknown importance": {"to": ["Bob"], "subject": "s", "body_md": "b",
+                              "importance": "huge"},
+    "two lines of subject": {"to": ["Bob"], "subject": "a\nb", "body_md": "b"},
+    "no such recipient": {"to": ["Nobody"], "subject": "s", "body_md": "b"},
+    "a sender that is not the token's": {"to": ["Bob"], "subject": "s", "body_md": "b",
+                                         "sender_name": "Bob"},
+}
+
+
+def _post(project: Project, token: str, body: bytes, content_type: str) -> tuple[int, Any]:
+    client = project.client(token)
+    r = client.http.post("/v1/messages", content=body,
+                         headers={"Content-Type": content_type})
+    return r.status_code, r.json()
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_BODIES))
+def test_a_refused_send_is_answered_the_same_on_both_paths(project: Project, case: str):
+    alice = project.agent("Alice")
+    project.agent("Bob")
+    body = json.dumps(REFUSED_BODIES[case]).encode()
+    direct = _post(project, alice.row["token"], body, DIRECT)
+    assert direct[0] in (403, 422) and direct[1]["persisted"] is False
+    assert direct == _post(project, alice.row["token"], body, FASTAPIS)
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b"{\"to\": [\"Bob\"], ", b"",
+                                  b"{\"to\": [\"Bob\"], \"subject\": NaN}"])
+def test_bodies_the_direct_path_passes_on_are_refused_as_fastapi_refuses_them(
+        project: Project, body: bytes):
+    alice = project.agent("Alice")
+    status, answer = _post(project, alice.row["token"], body, DIRECT)
+    assert status == 422 and answer["error"]["code"] == "INVALID_ARGUMENT"
+    assert (status, answer) == _post(project, alice.row["token"], body, FASTAPIS)
+
+
+def test_an_admitted_send_is_the_same_on_both_paths(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    body = json.dumps({"to": ["Bob"], "subject": "Plan", "body_md": "# Plan"}).encode()
+    sent = [_post(project, alice.row["token"], body, kind) for kind in (DIRECT, FASTAPIS)]
+    assert [status for status, _ in sent] == [201, 201]
+    different = {"id", "thread_id", "created_ts", "delivery"}
+    first, second = ({k: v for k, v in answer.items() if k not in different}
+                     for _, answer in sent)
+    assert first == second
+    assert len(bob.api.inbox()["messages"]) == 2
