@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Project
+from tests.stack import wait_until
 
 DIRECT = "application/json"
 FASTAPIS = "application/merge-patch+json"
@@ -69,4 +70,4 @@ def test_an_admitted_send_is_the_same_on_both_paths(project: Project):
     first, second = ({k: v for k, v in answer.items() if k not in different}
                      for _, answer in sent)
     assert first == second
-    assert len(bob.api.inbox()["messages"]) == 2
+    wait_until(lambda: len(bob.api.inbox()["messages"]) == 2, what="both sends delivered")
