@@ -25,8 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
-from messaging.web.deps import Services
-from messaging.web.guard import auth_of
+from messaging.web.deps import Services, caller, services
 
 JSON_TYPE = "application/json"
 # Where FastAPI puts a body's errors.
@@ -60,8 +59,8 @@ class DirectBodyRoute(APIRoute):
                 return await standard(request)
             if not isinstance(data, dict):
                 return await standard(request)
-            svc: Services = request.app.state.services
-            who = await svc.gate.caller(auth_of(request.scope))
+            svc = await services(request)
+            who = await caller(request, None)  # the gate's, as every route's
             try:
                 parsed = model.model_validate(data, from_attributes=True)
             except ValidationError as exc:
