@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
@@ -77,24 +78,48 @@ def _of_thread(records: Iterable[Json | None], thread_id: str) -> Iterator[tuple
                 yield record, msg
 
 
+class KnownMessages(Protocol):
+    """Messages a reader keeps without their bodies (a message never changes), so that
+    a read of them asks the store only for what changes."""
+
+    def head(self, message_id: str) -> Json | None:
+        """The message as stored but its ``body_md``, if kept (the caller's copy)."""
+
+    def keep(self, message_id: str, msg: Json) -> None:
+        """Keep a message just read (unpacked, with its body)."""
+
+
 # A thread read lets other requests run after parsing each this many bytes of stored
 # messages, so a thread of long bodies does not hold the event loop while all of it
 # is parsed.
 PARSE_SLICE_BYTES = 256 * 1024
 
 
-async def get_thread(store: Store, caller: Caller, thread_id: str) -> Json:
-    """The thread's messages the caller may see, oldest first."""
+async def get_thread(store: Store, caller: Caller, thread_id: str,
+                     known: KnownMessages | None = None) -> Json:
+    """The thread's messages the caller may see, oldest first.
+
+    With ``known``, the messages it keeps are read without their JSON, and their
+    views carry no ``body_md``.
+    """
     if caller.project_id is None:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
-    records = await store.get_messages(
-        caller.project_id, await _thread_ids(store, caller.project_id, thread_id))
+    mids = await _thread_ids(store, caller.project_id, thread_id)
+    heads = {} if known is None else {
+        mid: head for mid in mids if (head := known.head(mid)) is not None}
+    records = await store.get_messages(caller.project_id, mids, known=heads.keys())
     views = []
     parsed = 0
-    for record, msg in _of_thread(records, thread_id):
-        if (view := visible(caller, record, msg)) is not None:
+    for mid, record in zip(mids, records, strict=True):
+        if record is None:
+            continue
+        if (msg := heads.get(mid)) is None:
+            msg = unpack_message(record["json"])
+            parsed += len(record["json"])
+            if known is not None:
+                known.keep(mid, msg)
+        if msg["thread_id"] == thread_id and (view := visible(caller, record, msg)) is not None:
             views.append(view)
-        parsed += len(record["json"])
         if parsed >= PARSE_SLICE_BYTES:  # a thread of long bodies: let others run
             parsed = 0
             await asyncio.sleep(0)

@@ -38,6 +38,7 @@ import orjson
 from messaging.runtime.budgetpool import BudgetPool, PoolBusy
 from messaging.service.caller import Caller
 from messaging.service.reading import get_thread
+from messaging.store.facts import Lru
 from messaging.store.store import Store
 from messaging.types import Json
 
@@ -54,6 +55,9 @@ UNRENDERED_CLASS = "unrendered"
 WAIT_S = 1.0
 # The HTML kept in this process, in bytes of its JSON encoding.
 CACHE_BYTES = 64 * 1024 * 1024
+# Messages whose fields but the body are kept in this process, at most: with their
+# HTML kept too, a rendered view reads only what changes of them from the store.
+HEADS_KEPT = 10_000
 # Bodies waiting for a child process at most; beyond, shown preformatted at once.
 MAX_WAITING = 256
 
@@ -117,6 +121,8 @@ class Renderer:
         self._cache: OrderedDict[str, tuple[Shown, int]] = OrderedDict()
         self._cached_bytes = 0
         self._rendering: dict[str, asyncio.Task[Shown]] = {}
+        # Each rendered message's stored fields but its body (a message never changes).
+        self.heads: Lru[str, Json] = Lru(HEADS_KEPT)
 
     async def start(self) -> None:
         """Start the child processes."""
@@ -131,7 +137,7 @@ class Renderer:
         out: dict[str, Shown] = {}
         waiting: dict[str, asyncio.Task[Shown]] = {}
         for message_id, text in messages.items():
-            if (cached := self._cached(message_id)) is not None:
+            if (cached := self.kept(message_id)) is not None:
                 out[message_id] = cached
             elif text:
                 waiting[message_id] = self._render(message_id, text)
@@ -163,7 +169,8 @@ class Renderer:
         self._keep(message_id, shown, size)
         return shown
 
-    def _cached(self, message_id: str) -> Shown | None:
+    def kept(self, message_id: str) -> Shown | None:
+        """The message's body as kept here, once rendered (or shown as text for good)."""
         found = self._cache.get(message_id)
         if found is None:
             return None
@@ -180,13 +187,40 @@ class Renderer:
             self._cached_bytes -= dropped
 
 
+class _Viewing:
+    """The messages a rendered view may read without their bodies: those whose head
+    and HTML this process keeps. Each body's HTML is held from the moment it is
+    counted on, so the cache letting it go meanwhile changes nothing."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+        self.shown: dict[str, Shown] = {}
+
+    def head(self, message_id: str) -> Json | None:
+        head = self.renderer.heads.get(message_id)
+        shown = self.renderer.kept(message_id)
+        if head is None or shown is None:
+            return None
+        self.shown[message_id] = shown
+        return dict(head)
+
+    def keep(self, message_id: str, msg: Json) -> None:
+        self.renderer.heads.put(message_id, {k: v for k, v in msg.items() if k != "body_md"})
+
+
 async def rendered_thread(store: Store, caller: Caller, thread_id: str,
                           renderer: Renderer) -> tuple[Json, str]:
     """The thread as ``GET /v1/threads/{id}`` shows it, each message's ``body_md`` as
-    ``body_html``; and its tag, which changes whenever the answer does."""
-    thread = await get_thread(store, caller, thread_id)
-    shown = await renderer.bodies({msg["id"]: msg.pop("body_md", None) or ""
-                                   for msg in thread["messages"]})
+    ``body_html``; and its tag, which changes whenever the answer does.
+
+    A message rendered before is read from the store without its JSON: only what
+    may change (who may see it) is asked for, the rest is kept in this process.
+    """
+    viewing = _Viewing(renderer)
+    thread = await get_thread(store, caller, thread_id, known=viewing)
+    shown = viewing.shown | await renderer.bodies({
+        msg["id"]: msg.pop("body_md", None) or ""
+        for msg in thread["messages"] if msg["id"] not in viewing.shown})
     # Everything but the bodies, then each body's digest: the bodies are the bulk.
     tag = hashlib.blake2b(orjson.dumps(thread), digest_size=DIGEST_BYTES)
     for msg in thread["messages"]:

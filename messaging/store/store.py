@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -16,7 +16,7 @@ from messaging.store.deliveries import joining_turns
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
-from messaging.store.schema import AgentField, DeliveryField
+from messaging.store.schema import AgentField, DeliveryField, MessageField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
 from messaging.store.ticks import TickBatch
@@ -26,6 +26,11 @@ IDEMPOTENCY_TTL_S = keys.IDEMPOTENCY_TTL_S
 REF_ATTEMPTS = 20
 # How long an API process trusts a token's scope before reading it again.
 TOKEN_CACHE_S = 1.0
+
+
+# A message hash's fields but its JSON: what may change after admission (every
+# message has ``created_us``, so a message gone reads as none of them).
+CHANGING_MESSAGE_FIELDS = [str(f) for f in MessageField if f is not MessageField.JSON]
 
 
 def _hash(found: Mapping[Any, Any]) -> Json:
@@ -356,12 +361,28 @@ class Store:
         found = await self.client.hgetall(keys.message(project_id, message_id))
         return _hash(found) if found else None
 
-    async def get_messages(self, project_id: str, message_ids: list[str]) -> list[Json | None]:
-        """Several messages in one round trip."""
+    async def get_messages(self, project_id: str, message_ids: list[str],
+                           known: Container[str] = ()) -> list[Json | None]:
+        """Several messages in one round trip.
+
+        Of the ids in ``known`` (messages whose JSON the caller keeps: it never
+        changes), only the fields that may change are read, without ``json``.
+        """
         pipe = self.client.pipeline(transaction=False)
         for mid in message_ids:
-            pipe.hgetall(keys.message(project_id, mid))
-        return [_hash(m) if m else None for m in await pipe.execute()]
+            if mid in known:
+                pipe.hmget(keys.message(project_id, mid), CHANGING_MESSAGE_FIELDS)
+            else:
+                pipe.hgetall(keys.message(project_id, mid))
+        out: list[Json | None] = []
+        for mid, found in zip(message_ids, await pipe.execute(), strict=True):
+            if mid in known:
+                fields = {f: v for f, v in zip(CHANGING_MESSAGE_FIELDS, found, strict=True)
+                          if v is not None}
+                out.append(fields if MessageField.CREATED_US in fields else None)
+            else:
+                out.append(_hash(found) if found else None)
+        return out
 
     async def thread_message_ids(self, project_id: str, thread_id: str) -> list[str]:
         """The ids of a thread's messages, oldest first."""

@@ -7,7 +7,9 @@ import threading
 import time
 from typing import Any
 
-from messaging.client import CourierClient
+import pytest
+
+from messaging.client import CourierAPIError, CourierClient
 from tests.integration.conftest import Agent, Project
 
 # Bodies crafted against Markdown parsers (about 1 MB each, under the body limit):
@@ -156,3 +158,43 @@ def test_an_unchanged_rendered_thread_answers_304_and_a_changed_one_a_new_etag(p
     grown = bob.api.http.get(path, headers={"If-None-Match": etag})
     assert grown.status_code == 200 and grown.headers["ETag"] != etag
     assert [m["subject"] for m in grown.json()["messages"]] == ["Plan", "Re: Plan"]
+
+
+def _rendered_fully(agent: Agent, thread_id: str) -> None:
+    """View the thread until every body shows rendered (each is rendered once)."""
+    deadline = time.monotonic() + 10
+    while any(UNRENDERED in h for h in rendered(agent, thread_id)[1].values()):
+        assert time.monotonic() < deadline, "bodies still shown as text"
+        time.sleep(0.1)
+
+
+def test_a_rendered_thread_viewed_again_reads_no_body_from_the_store(project: Project,
+                                                                    stack: Any):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    bodies = [f"part {n}: " + "plain words " * 20_000 for n in range(4)]  # 240 KB each
+    first = alice.api.send("Bob", "part 0", bodies[0])
+    for n, body in enumerate(bodies[1:], start=1):
+        alice.api.send("Bob", f"part {n}", body, thread_id=first["thread_id"])
+    _rendered_fully(bob, first["thread_id"])
+    with stack.redis() as r:
+        sent_before = int(r.info("stats")["total_net_output_bytes"])
+        _, shown = rendered(bob, first["thread_id"])
+        sent_by_store = int(r.info("stats")["total_net_output_bytes"]) - sent_before
+    assert all(shown[f"part {n}"].startswith(f"<p>part {n}: plain words") for n in range(4))
+    # The bodies are 960 KB; what may change of four messages is a few hundred bytes.
+    assert sent_by_store < 64 * 1024, sent_by_store
+
+
+def test_what_changes_of_a_kept_message_shows_in_its_rendered_thread(project: Project):
+    alice, guarded = project.agent("Alice"), project.agent("Guarded", inbound="hold")
+    opened = alice.api.send("Guarded", "Open", "to **Guarded**")
+    path = f"/v1/threads/{opened['thread_id']}/rendered"
+    _rendered_fully(alice, opened["thread_id"])  # the sender's view keeps the message
+    with pytest.raises(CourierAPIError) as e:
+        guarded.api.request("GET", path)
+    assert e.value.status == 404  # held: the recipient sees nothing of it yet
+    delivery_id = opened["delivery"]["observations"][0]["delivery_id"]
+    project.admin.request("POST", f"/v1/deliveries/{delivery_id}/release")
+    (shown,) = guarded.api.request("GET", path)["messages"]
+    assert shown["id"] == opened["id"]
+    assert shown["body_html"] == "<p>to <strong>Guarded</strong></p>\n"
