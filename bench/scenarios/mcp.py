@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.context import Context
 from bench.population import body_md, populate
+from bench.profile import profiled
 from bench.verify import (
     Admitted,
     RunVoid,
@@ -79,17 +80,19 @@ def run(ctx: Context) -> dict[str, Any]:
     s = ctx.sizes
     with ctx.cluster("mcp") as c:
         url = c.start_api_and_worker()
-        api_pid = next(p.pid for p in c.procs if p.name == "app")
+        api = next(p for p in c.procs if p.name == "app")
+        api_pid = api.pid
         pop = populate(url, c.operator_token, ["Alice", "Bob"])
         token, body = pop.agent("Alice").token, body_md()
         out: dict[str, Any] = {"sends": s.mcp_sends}
         sent: list[Admitted] = []
         for face in ("http", "mcp"):
             ctx.say(f"mcp: {s.mcp_sends} sequential sends over {face}")
-            cpu_s, wall_s = _tree_cpu_s(api_pid), time.monotonic()
-            sent_now = (_over_http(url, token, s.mcp_sends, body) if face == "http"
-                        else asyncio.run(_over_mcp(url, token, s.mcp_sends, body)))
-            wall_s, cpu_s = time.monotonic() - wall_s, _tree_cpu_s(api_pid) - cpu_s
+            with profiled(api, ctx.profile_dir, f"mcp-api-{face}"):
+                cpu_s, wall_s = _tree_cpu_s(api_pid), time.monotonic()
+                sent_now = (_over_http(url, token, s.mcp_sends, body) if face == "http"
+                            else asyncio.run(_over_mcp(url, token, s.mcp_sends, body)))
+                wall_s, cpu_s = time.monotonic() - wall_s, _tree_cpu_s(api_pid) - cpu_s
             out[face] = {"api_cpu_ms_per_send": round(1000 * cpu_s / s.mcp_sends, 3),
                          "wall_ms_per_send": round(1000 * wall_s / s.mcp_sends, 3)}
             sent += sent_now

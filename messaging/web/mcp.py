@@ -30,6 +30,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse
@@ -495,10 +496,22 @@ class CourierMCP(MCPServer):
             self.add_tool(_never_called, name=tool.name, description=tool.description,
                           structured_output=False)
             self._tool_manager.get_tool(tool.name).parameters = tool.input_schema()  # type: ignore[union-attr]
+        # The schemas the SDK checks a call's ``Mcp-Param-*`` headers by: only those that
+        # declare such a header (``x-mcp-header``). A schema declaring none can refuse no
+        # call, and walking it costs every call more than the rest of the SDK's checks.
+        self.header_schemas = {
+            tool.name: schema for tool in TOOLS
+            if X_MCP_HEADER_KEY in json.dumps(schema := tool.input_schema())}
         # Courier has no prompts or resources: do not offer them.
         for method in ("prompts/list", "prompts/get", "resources/list", "resources/read",
                        "resources/templates/list"):
             self._lowlevel_server._request_handlers.pop(method, None)
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        """A tool's schema for the SDK's header checks, None when it declares no header."""
+        if name in self.courier_tools:
+            return self.header_schemas.get(name)
+        return super()._tool_input_schema(name)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """Run a tool: its arguments checked by its model first (nothing runs otherwise)."""
