@@ -168,6 +168,20 @@ def _rendered_fully(agent: Agent, thread_id: str) -> None:
         time.sleep(0.1)
 
 
+def _store_quiet(r: Any) -> int:
+    """Wait until the store sends next to nothing (the bodies' search indexing is done);
+    the bytes it has sent so far."""
+    deadline = time.monotonic() + 20
+    sent = int(r.info("stats")["total_net_output_bytes"])
+    while True:
+        time.sleep(0.3)
+        now = int(r.info("stats")["total_net_output_bytes"])
+        if now - sent < 16 * 1024:
+            return now
+        assert time.monotonic() < deadline, "the store never went quiet"
+        sent = now
+
+
 def test_a_rendered_thread_viewed_again_reads_no_body_from_the_store(project: Project,
                                                                     stack: Any):
     alice, bob = project.agent("Alice"), project.agent("Bob")
@@ -177,7 +191,7 @@ def test_a_rendered_thread_viewed_again_reads_no_body_from_the_store(project: Pr
         alice.api.send("Bob", f"part {n}", body, thread_id=first["thread_id"])
     _rendered_fully(bob, first["thread_id"])
     with stack.redis() as r:
-        sent_before = int(r.info("stats")["total_net_output_bytes"])
+        sent_before = _store_quiet(r)
         _, shown = rendered(bob, first["thread_id"])
         sent_by_store = int(r.info("stats")["total_net_output_bytes"]) - sent_before
     assert all(shown[f"part {n}"].startswith(f"<p>part {n}: plain words") for n in range(4))
