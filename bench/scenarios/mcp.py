@@ -1,8 +1,9 @@
 """MCP against HTTP: the API's CPU per send over each face, one client, sequential sends.
 
 One agent sends ``mcp_sends`` messages over the REST API, one after another,
-then as many over one MCP session (streamable HTTP, the official client) with
-the ``send_message`` tool. Reported: the CPU time the API spent per send
+and as many over one MCP session (streamable HTTP, the official client) with
+the ``send_message`` tool, in turns that alternate (after a few unmeasured
+sends on each face). Reported: the CPU time the API spent per send
 (every process of the API's tree, read from /proc, so several API processes
 count together) and the wall time per send, MCP beside HTTP. Every message
 is checked exactly once.
@@ -14,6 +15,7 @@ import asyncio
 import os
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,46 +58,88 @@ def _tree_cpu_s(pid: int) -> float:
     return sum(spent.get(p, 0.0) for p in tree)
 
 
-def _over_http(url: str, token: str, sends: int, body: str) -> list[Admitted]:
-    with CourierClient(url, token) as alice:
-        return [admitted_answer(alice.send(["Bob"], f"http {n}", body)) for n in range(sends)]
+# Unmeasured sends on each face first: the first requests of a process warm its caches.
+WARMUP_SENDS = 20
+# The measured sends of each face go in this many turns, the faces alternating, so a
+# drift of the machine's speed falls on both alike.
+TURNS = 6
 
 
-async def _over_mcp(url: str, token: str, sends: int, body: str) -> list[Admitted]:
-    out = []
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                  timeout=30) as http, \
-            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        for n in range(sends):
-            result = await client.call_tool("send_message", {
-                "to": ["Bob"], "subject": f"mcp {n}", "body_md": body})
+class Faces:
+    """One agent's REST client and MCP session, each sending ``send_message``'s twin."""
+
+    def __init__(self, url: str, token: str, body: str) -> None:
+        self.url, self.token, self.body = url, token, body
+        self.sent = 0
+
+    def subject(self, face: str) -> str:
+        self.sent += 1
+        return f"{face} {self.sent}"
+
+    async def run(self, turns: list[tuple[str, int]],
+                  measure: Callable[[str, Callable[[], Awaitable[list[Admitted]]]],
+                                    Awaitable[list[Admitted]]]) -> list[Admitted]:
+        """Send each turn's count over its face, each turn measured by ``measure``."""
+        out: list[Admitted] = []
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"},
+                                      timeout=30) as http, \
+                Client(streamable_http_client(f"{self.url}/mcp", http_client=http)) as mcp:
+            with CourierClient(self.url, self.token) as rest:
+                for face, count in turns:
+                    if face == "http":
+                        out += await measure(face, lambda n=count: self._rest(rest, n))
+                    else:
+                        out += await measure(face, lambda n=count: self._mcp(mcp, n))
+        return out
+
+    async def _rest(self, rest: CourierClient, count: int) -> list[Admitted]:
+        return [admitted_answer(rest.send(["Bob"], self.subject("http"), self.body))
+                for _ in range(count)]
+
+    async def _mcp(self, mcp: Client, count: int) -> list[Admitted]:
+        out = []
+        for _ in range(count):
+            result = await mcp.call_tool("send_message", {
+                "to": ["Bob"], "subject": self.subject("mcp"), "body_md": self.body})
             if result.is_error or result.structured_content is None:
                 raise RunVoid(f"mcp: send_message failed: {result.content[:1]}")
             out.append(admitted_answer(result.structured_content))
-    return out
+        return out
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    """The API's CPU and wall time per send, over HTTP and then over MCP."""
+    """The API's CPU and wall time per send over HTTP and over MCP, in alternating turns."""
     s = ctx.sizes
     with ctx.cluster("mcp") as c:
         url = c.start_api_and_worker()
         api = next(p for p in c.procs if p.name == "app")
-        api_pid = api.pid
         pop = populate(url, c.operator_token, ["Alice", "Bob"])
-        token, body = pop.agent("Alice").token, body_md()
-        out: dict[str, Any] = {"sends": s.mcp_sends}
-        sent: list[Admitted] = []
-        for face in ("http", "mcp"):
-            ctx.say(f"mcp: {s.mcp_sends} sequential sends over {face}")
-            with profiled(api, ctx.profile_dir, f"mcp-api-{face}"):
-                cpu_s, wall_s = _tree_cpu_s(api_pid), time.monotonic()
-                sent_now = (_over_http(url, token, s.mcp_sends, body) if face == "http"
-                            else asyncio.run(_over_mcp(url, token, s.mcp_sends, body)))
-                wall_s, cpu_s = time.monotonic() - wall_s, _tree_cpu_s(api_pid) - cpu_s
-            out[face] = {"api_cpu_ms_per_send": round(1000 * cpu_s / s.mcp_sends, 3),
-                         "wall_ms_per_send": round(1000 * wall_s / s.mcp_sends, 3)}
-            sent += sent_now
+        faces = Faces(url, pop.agent("Alice").token, body_md())
+        spent = {face: {"cpu_s": 0.0, "wall_s": 0.0, "sends": 0} for face in ("http", "mcp")}
+        per_turn = max(1, s.mcp_sends // TURNS)
+        turns = [("http", WARMUP_SENDS), ("mcp", WARMUP_SENDS)]
+        turns += [(face, per_turn) for _ in range(TURNS) for face in ("http", "mcp")]
+        measured = 0
+
+        async def measure(face: str, send: Callable[[], Awaitable[list[Admitted]]]
+                          ) -> list[Admitted]:
+            nonlocal measured
+            warming, measured = measured < 2, measured + 1
+            cpu_s, wall_s = _tree_cpu_s(api.pid), time.monotonic()
+            sent = await send()
+            if not warming:
+                spent[face]["cpu_s"] += _tree_cpu_s(api.pid) - cpu_s
+                spent[face]["wall_s"] += time.monotonic() - wall_s
+                spent[face]["sends"] += len(sent)
+            return sent
+
+        ctx.say(f"mcp: {per_turn * TURNS} sequential sends on each face, in {TURNS} turns each")
+        with profiled(api, ctx.profile_dir, "mcp-api"):
+            sent = asyncio.run(faces.run(turns, measure))
+        out: dict[str, Any] = {"sends": per_turn * TURNS, "turns": TURNS}
+        for face, got in spent.items():
+            out[face] = {"api_cpu_ms_per_send": round(1000 * got["cpu_s"] / got["sends"], 3),
+                         "wall_ms_per_send": round(1000 * got["wall_s"] / got["sends"], 3)}
         with c.redis() as r:
             wait_delivered(r, pop.project_id, sent, s.drain_timeout_s, "mcp")
             inboxes = Counter(aid for m in sent for _, aid in m.deliveries)
