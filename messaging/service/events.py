@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import redis.exceptions
@@ -49,6 +50,10 @@ HEARTBEAT_S = 15
 READ_BLOCK_MS = 1_000  # a stream opened meanwhile joins its project's reader at the next read
 READ_COUNT = 100
 READ_RETRY_S = 1.0
+# Message entries whose event is kept for the other streams of their agent, at most,
+# and for how long: the streams of one agent show an entry within moments of each other.
+RENDERED_KEPT = 1_000
+RENDERED_FOR_S = 5.0
 # Entries queued for one slow stream before it is ended (the client resumes by Last-Event-ID).
 QUEUED_MAX = 1_000
 # Open streams per agent, across every API process: each holds a slot leased in the store.
@@ -138,13 +143,48 @@ class Hub:
 
     Each reader waits on one connection of the store's own for blocking reads
     (``Store.waits``), whatever the number of streams open in the project, so
-    open streams never hold connections the rest of the API needs.
+    open streams never hold connections the rest of the API needs. An agent's
+    streams in this process get the same entries at the same moment: each
+    ``message`` entry is rendered (read from the store, recorded observed) once
+    for all of them.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.listeners: dict[str, set[Listener]] = {}
         self.readers: dict[str, asyncio.Task[None]] = {}
+        # The latest message entries rendered, by (project, agent, entry id): the
+        # rendering, and when it started (monotonic seconds).
+        self._rendered: OrderedDict[tuple[str, str, str],
+                                    tuple[asyncio.Task[ServerSentEvent], float]] = OrderedDict()
+
+    async def render(self, caller: Caller, entry_id: str, fields: Json) -> ServerSentEvent:
+        """One entry as its SSE event; a ``message`` entry rendered once for the streams of
+        its agent that show it within ``RENDERED_FOR_S`` (a stream resumed later renders
+        it anew; a failed rendering is forgotten, so the next stream tries again)."""
+        if fields.get("type") != "message":
+            return await render(self.store, caller, entry_id, fields)
+        project_id, agent_id = caller.require_agent()
+        key = (project_id, agent_id, entry_id)
+        now = time.monotonic()
+        kept = self._rendered.get(key)
+        if kept is not None and now - kept[1] <= RENDERED_FOR_S:
+            task = kept[0]
+        else:
+            task = asyncio.ensure_future(render(self.store, caller, entry_id, fields))
+            task.add_done_callback(lambda done: self._forget_failed(key, done))
+            self._rendered[key] = task, now
+            self._rendered.move_to_end(key)
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.popitem(last=False)
+        # Shielded: a stream that ends meanwhile leaves the rendering to the others.
+        return await asyncio.shield(task)
+
+    def _forget_failed(self, key: tuple[str, str, str],
+                       done: asyncio.Task[ServerSentEvent]) -> None:
+        kept = self._rendered.get(key)
+        if (done.cancelled() or done.exception() is not None) and kept and kept[0] is done:
+            del self._rendered[key]
 
     def join(self, project_id: str, listener: Listener) -> None:
         """Start fanning the project's entries out to ``listener``."""
@@ -256,7 +296,7 @@ async def stream(store: Store, hub: Hub, caller: Caller, stream: str, after: str
                 yield ServerSentEvent(comment=REVOKED_COMMENT)
                 return
             for entry_id, fields in batch:
-                yield await render(store, caller, entry_id, fields)
+                yield await hub.render(caller, entry_id, fields)
             if due:
                 await store.live.claim_stream(project_id, agent_id, stream, now_us() // 1000,
                                               STREAM_LEASE_MS, STREAMS_PER_AGENT)

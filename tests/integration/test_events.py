@@ -6,6 +6,8 @@ the delivery changes of one's own sends, and resuming with ``Last-Event-ID``.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import queue
 import threading
 from collections.abc import Iterator
@@ -15,7 +17,10 @@ import httpx
 import pytest
 
 from messaging.client import CourierClient, Event, parse_events
+from messaging.service.caller import Caller, CallerKind
+from messaging.service.events import Hub
 from messaging.store import keys
+from messaging.store.store import Store
 from tests.integration.conftest import Agent, Project
 from tests.stack import wait_until
 
@@ -200,3 +205,43 @@ def test_resuming_past_trimmed_events_says_to_resync_from_the_inbox(
     resync, kept = listen(listeners, project, bob, 2, last_event_id=first).take(2)
     assert (resync.event, resync.id, resync.data["after"]) == ("resync", None, first)
     assert (kept.event, kept.id) == ("message", stream_ids(project, bob)[0])
+
+
+def test_an_agent_s_streams_share_one_rendering_of_each_message(project: Project):
+    """Each stream of an agent shows a new message; the API reads and records it once."""
+    alice, listener = project.agent("Alice"), project.agent("Listener")
+    sent = alice.api.send("Listener", "Plan", "step *one*")
+    caller = Caller(CallerKind.AGENT, project.project_id, listener.id)
+
+    async def four_streams() -> tuple[list[str], int]:
+        store = Store.from_url(project.stack.store.url)
+        hub = Hub(store)
+        reads = 0
+        read_message = store.get_message
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await read_message(*args, **kwargs)
+
+        store.get_message = counted  # type: ignore[method-assign]
+        try:
+            entries: list[tuple[str, Any]] = []
+            for _ in range(100):  # the worker writes the entry as it delivers
+                found = await store.live.read_events(project.project_id,
+                                                     {listener.id: "0-0"}, 10, None)
+                entries = [(e, f) for e, f in found.get(listener.id, [])
+                           if f.get("type") == "message"]
+                if entries:
+                    break
+                await asyncio.sleep(0.1)
+            ((entry_id, fields),) = entries
+            shown = await asyncio.gather(*(hub.render(caller, entry_id, fields)
+                                           for _ in range(4)))
+        finally:
+            await store.close()
+        return [event.data for event in shown], reads
+
+    shown, reads = asyncio.run(four_streams())
+    assert reads == 1
+    assert len(set(shown)) == 1 and json.loads(shown[0])["id"] == sent["id"]
