@@ -15,7 +15,6 @@ import asyncio
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,30 +65,35 @@ TURNS = 6
 
 
 class Faces:
-    """One agent's REST client and MCP session, each sending ``send_message``'s twin."""
+    """One agent's REST client and MCP session, each sending ``send_message``'s twin, and
+    the API's CPU and wall time each face's measured turns took."""
 
-    def __init__(self, url: str, token: str, body: str) -> None:
-        self.url, self.token, self.body = url, token, body
+    def __init__(self, url: str, token: str, body: str, api_pid: int) -> None:
+        self.url, self.token, self.body, self.api_pid = url, token, body, api_pid
         self.sent = 0
+        self.spent = {face: {"cpu_s": 0.0, "wall_s": 0.0, "sends": 0} for face in ("http", "mcp")}
 
     def subject(self, face: str) -> str:
         self.sent += 1
         return f"{face} {self.sent}"
 
-    async def run(self, turns: list[tuple[str, int]],
-                  measure: Callable[[str, Callable[[], Awaitable[list[Admitted]]]],
-                                    Awaitable[list[Admitted]]]) -> list[Admitted]:
-        """Send each turn's count over its face, each turn measured by ``measure``."""
+    async def run(self, turns: list[tuple[str, int, bool]]) -> list[Admitted]:
+        """Send each turn's count over its face; a measured turn adds to ``spent``."""
         out: list[Admitted] = []
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"},
                                       timeout=30) as http, \
                 Client(streamable_http_client(f"{self.url}/mcp", http_client=http)) as mcp:
             with CourierClient(self.url, self.token) as rest:
-                for face, count in turns:
-                    if face == "http":
-                        out += await measure(face, lambda n=count: self._rest(rest, n))
-                    else:
-                        out += await measure(face, lambda n=count: self._mcp(mcp, n))
+                for face, count, measured in turns:
+                    cpu_s, wall_s = _tree_cpu_s(self.api_pid), time.monotonic()
+                    sent = await (self._rest(rest, count) if face == "http"
+                                  else self._mcp(mcp, count))
+                    if measured:
+                        spent = self.spent[face]
+                        spent["cpu_s"] += _tree_cpu_s(self.api_pid) - cpu_s
+                        spent["wall_s"] += time.monotonic() - wall_s
+                        spent["sends"] += len(sent)
+                    out += sent
         return out
 
     async def _rest(self, rest: CourierClient, count: int) -> list[Admitted]:
@@ -114,30 +118,15 @@ def run(ctx: Context) -> dict[str, Any]:
         url = c.start_api_and_worker()
         api = next(p for p in c.procs if p.name == "app")
         pop = populate(url, c.operator_token, ["Alice", "Bob"])
-        faces = Faces(url, pop.agent("Alice").token, body_md())
-        spent = {face: {"cpu_s": 0.0, "wall_s": 0.0, "sends": 0} for face in ("http", "mcp")}
+        faces = Faces(url, pop.agent("Alice").token, body_md(), api.pid)
         per_turn = max(1, s.mcp_sends // TURNS)
-        turns = [("http", WARMUP_SENDS), ("mcp", WARMUP_SENDS)]
-        turns += [(face, per_turn) for _ in range(TURNS) for face in ("http", "mcp")]
-        measured = 0
-
-        async def measure(face: str, send: Callable[[], Awaitable[list[Admitted]]]
-                          ) -> list[Admitted]:
-            nonlocal measured
-            warming, measured = measured < 2, measured + 1
-            cpu_s, wall_s = _tree_cpu_s(api.pid), time.monotonic()
-            sent = await send()
-            if not warming:
-                spent[face]["cpu_s"] += _tree_cpu_s(api.pid) - cpu_s
-                spent[face]["wall_s"] += time.monotonic() - wall_s
-                spent[face]["sends"] += len(sent)
-            return sent
-
+        turns = [("http", WARMUP_SENDS, False), ("mcp", WARMUP_SENDS, False)]
+        turns += [(face, per_turn, True) for _ in range(TURNS) for face in ("http", "mcp")]
         ctx.say(f"mcp: {per_turn * TURNS} sequential sends on each face, in {TURNS} turns each")
         with profiled(api, ctx.profile_dir, "mcp-api"):
-            sent = asyncio.run(faces.run(turns, measure))
+            sent = asyncio.run(faces.run(turns))
         out: dict[str, Any] = {"sends": per_turn * TURNS, "turns": TURNS}
-        for face, got in spent.items():
+        for face, got in faces.spent.items():
             out[face] = {"api_cpu_ms_per_send": round(1000 * got["cpu_s"] / got["sends"], 3),
                          "wall_ms_per_send": round(1000 * got["wall_s"] / got["sends"], 3)}
         with c.redis() as r:
