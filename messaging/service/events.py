@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import redis.exceptions
@@ -41,6 +40,7 @@ from messaging.service import reading
 from messaging.service.caller import Caller
 from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
+from messaging.store.facts import Lru
 from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -155,8 +155,8 @@ class Hub:
         self.readers: dict[str, asyncio.Task[None]] = {}
         # The latest message entries rendered, by (project, agent, entry id): the
         # rendering, and when it started (monotonic seconds).
-        self._rendered: OrderedDict[tuple[str, str, str],
-                                    tuple[asyncio.Task[ServerSentEvent], float]] = OrderedDict()
+        self._rendered: Lru[tuple[str, str, str], tuple[asyncio.Task[ServerSentEvent], float]] = (
+            Lru(RENDERED_KEPT))
 
     async def render(self, caller: Caller, entry_id: str, fields: Json) -> ServerSentEvent:
         """One entry as its SSE event; a ``message`` entry rendered once for the streams of
@@ -173,10 +173,7 @@ class Hub:
         else:
             task = asyncio.ensure_future(render(self.store, caller, entry_id, fields))
             task.add_done_callback(lambda done: self._forget_failed(key, done))
-            self._rendered[key] = task, now
-            self._rendered.move_to_end(key)
-            while len(self._rendered) > RENDERED_KEPT:
-                self._rendered.popitem(last=False)
+            self._rendered.put(key, (task, now))
         # Shielded: a stream that ends meanwhile leaves the rendering to the others.
         return await asyncio.shield(task)
 
@@ -184,7 +181,7 @@ class Hub:
                        done: asyncio.Task[ServerSentEvent]) -> None:
         kept = self._rendered.get(key)
         if (done.cancelled() or done.exception() is not None) and kept and kept[0] is done:
-            del self._rendered[key]
+            self._rendered.drop(key)
 
     def join(self, project_id: str, listener: Listener) -> None:
         """Start fanning the project's entries out to ``listener``."""
