@@ -24,14 +24,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, get_type_hints
 
+import orjson
 import redis.exceptions
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import X_MCP_HEADER_KEY
-from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -66,6 +66,7 @@ from messaging.timefmt import now_us
 from messaging.types import Json
 from messaging.web import refusals
 from messaging.web.guard import Gate, auth_of
+from messaging.web.mcp_direct import DirectToolCalls
 
 log = logging.getLogger(__name__)
 
@@ -191,15 +192,16 @@ async def _answer(exc: CourierError, scope: Scope, receive: Receive, send: Send)
     await JSONResponse(exc.body(), exc.status, headers=exc.headers)(scope, receive, send)
 
 
-def _result(body: Json, *, error: bool = False) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body, is_error=error)
+def tool_result(body: Json, *, error: bool = False) -> Json:
+    """A ``tools/call`` result carrying ``body``: as compact JSON text and as structured content."""
+    return {"content": [{"type": "text", "text": orjson.dumps(body).decode()}],
+            "structuredContent": body, "isError": error, "resultType": "complete"}
 
 
-def tool_error(body: Json) -> CallToolResult:
+def tool_error(body: Json) -> Json:
     """An error object as a tool error; every MCP refusal is made, and counted, here."""
     refusals.count(body["error"]["code"], FACE)
-    return _result(body, error=True)
+    return tool_result(body, error=True)
 
 
 def internal_error() -> Json:
@@ -212,14 +214,13 @@ def internal_error() -> Json:
                    "unknown: retry later (a send with the same idempotency_key)"}}
 
 
-async def run_tool(ctx: Context, call: Call) -> CallToolResult:
-    """Run one service call as the request's agent; its JSON, or its error as a tool error."""
-    request: Any = ctx.request_context.request  # the HTTP request that carried this call
-    scope = request.scope
+async def run_tool(scope: Scope, call: Call) -> Json:
+    """Run one service call as the request's agent (``scope`` is the HTTP request's): the
+    tool result of its JSON, or of its error as a tool error."""
     caller: Caller = scope[CALLER_SCOPE_KEY]
     svc: Services = scope["app"].state.services
     try:
-        return _result(await call(svc, caller))
+        return tool_result(await call(svc, caller))
     except CourierError as exc:
         error = exc
     except ValidationError as exc:
@@ -337,6 +338,15 @@ class CourierTool:
         the HTTP face spells them (``from``), nothing unknown."""
         return self.arguments.model_validate_json(json.dumps(arguments), strict=True,
                                                   by_alias=True, by_name=False)
+
+    async def call(self, scope: Scope, arguments: Json) -> Json:
+        """The tool's result for ``arguments``, run as the agent of the request ``scope``:
+        checked by its model first (nothing runs otherwise)."""
+        try:
+            args = self.validate(arguments)
+        except ValidationError as exc:
+            return tool_error(from_validation(exc).body())
+        return await run_tool(scope, lambda svc, who: self.run(svc, who, args))
 
     def input_schema(self) -> Json:
         """The model's JSON schema, references inlined for clients that do not follow them."""
@@ -507,6 +517,11 @@ class CourierMCP(MCPServer):
                        "resources/templates/list"):
             self._lowlevel_server._request_handlers.pop(method, None)
 
+    @property
+    def server_info(self) -> Json:
+        """The SDK's stamp of this server on every 2026-era result (name, version)."""
+        return self._lowlevel_server.server_info_stamp
+
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
         """A tool's schema for the SDK's header checks, None when it declares no header."""
         if name in self.courier_tools:
@@ -518,14 +533,11 @@ class CourierMCP(MCPServer):
         tool = self.courier_tools.get(name)
         if tool is None:
             return await super().call_tool(name, arguments, context)
-        try:
-            args = tool.validate(arguments)
-        except ValidationError as exc:
-            return tool_error(from_validation(exc).body())
-        return await run_tool(context, lambda svc, who: tool.run(svc, who, args))
+        request: Any = context.request_context.request  # the HTTP request that carried it
+        return await tool.call(request.scope, arguments)
 
 
-def build_server() -> MCPServer:
+def build_server() -> CourierMCP:
     """The MCP server with Courier's tools."""
     return CourierMCP()
 
@@ -551,4 +563,7 @@ def mcp_app(settings: Settings) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
     server.streamable_http_app(stateless_http=True, json_response=True,
                                transport_security=_security(settings))
     manager = server.session_manager
-    return BearerAgent(StreamableHTTPASGIApp(manager)), manager
+    direct = DirectToolCalls(StreamableHTTPASGIApp(manager), server.courier_tools,
+                             server.server_info, _security(settings),
+                             manager.max_request_body_size)
+    return BearerAgent(direct), manager

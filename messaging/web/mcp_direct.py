@@ -1,0 +1,144 @@
+"""Calls of Courier's MCP tools answered without the SDK's per-request machinery.
+
+For each request on its stateless, JSON-answering path the MCP SDK builds a
+connection, a dispatch context and a runner with its middleware chain
+(tracing, request state), validates the request's params twice and the
+result twice, and encodes the answer with the standard library: more CPU than
+the send behind it. Agent hosts make ``tools/call`` far more than any other
+request, so ``DirectToolCalls`` answers the plain case of one itself: a POST at
+a per-request protocol version (2026-07-28), declared ``application/json``
+exactly, calling one of Courier's tools, that passes every check the SDK makes
+of it (its own functions: transport security and the Accept header, the
+JSON-RPC envelope, the inbound classification ladder, the params against the
+protocol's schema), answered with the result the tool gives the SDK (already in
+the protocol's wire form) and the SDK's server stamp, so that the answer is the
+one the SDK would give. Anything else goes to
+the SDK unchanged, with the body it has read replayed: another method or
+version, a content type with parameters, a body the SDK's size limit refuses,
+headers the SDK checks by a tool's schema (``Mcp-Param-*``: no Courier tool
+declares any), and every request a check refuses (the SDK answers it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import orjson
+from mcp.server.streamable_http import check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import (
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+)
+from mcp.types import SERVER_INFO_META_KEY, JSONRPCRequest
+from mcp_types.methods import validate_client_request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from messaging.types import Json
+
+METHOD = "tools/call"
+JSON_TYPE = b"application/json"
+_VERSIONS = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
+_PARAM_HEADER = b"mcp-param-"
+
+
+class Tool(Protocol):
+    """What a direct call runs: the tool's result for its arguments, as the scope's agent."""
+
+    async def call(self, scope: Scope, arguments: Json) -> Json: ...
+
+
+class DirectToolCalls:
+    """ASGI middleware before the SDK's app: plain ``tools/call`` requests answered here."""
+
+    def __init__(self, app: ASGIApp, tools: Mapping[str, Tool], server_info: Json,
+                 security: TransportSecuritySettings, max_body_bytes: int) -> None:
+        self.app = app
+        self.tools = tools
+        self.server_info = server_info  # the SDK's stamp of this server (name, version)
+        self.security = TransportSecurityMiddleware(security)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not _plain(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        body = await request.body()
+        if len(body) <= self.max_body_bytes and await self._checked(request):
+            call = _call_of(body, request)
+            if call is not None and call[1].get("name") in self.tools:
+                await self._answer(scope, receive, send, *call)
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _checked(self, request: Request) -> bool:
+        """True when the SDK's transport checks pass (it answers those that do not)."""
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return False
+        return check_accept_headers(request)[0]
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, request_id: str | int,
+                      params: Json) -> None:
+        result = await self.tools[params["name"]].call(scope, params.get("arguments") or {})
+        # A Courier tool's result is already in the protocol's wire form: the SDK's result
+        # serializer returns it unchanged (tests/unit/test_mcp_direct.py holds it to that).
+        wire = {**result, "_meta": {SERVER_INFO_META_KEY: self.server_info}}
+        answer = {"jsonrpc": "2.0", "id": request_id, "result": wire}
+        await Response(orjson.dumps(answer), media_type="application/json")(scope, receive, send)
+
+
+def _plain(headers: list[tuple[bytes, bytes]]) -> bool:
+    """The headers of a call this path may take: JSON exactly, a per-request version,
+    ``tools/call``, no ``Mcp-Param-*``."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name.startswith(_PARAM_HEADER):
+            return False
+        found[name] = value
+    return (found.get(b"content-type") == JSON_TYPE
+            and found.get(b"mcp-method") == METHOD.encode()
+            and found.get(b"mcp-protocol-version") in _VERSIONS)
+
+
+def _call_of(body: bytes, request: Request) -> tuple[str | int, Json] | None:
+    """The id and params of a ``tools/call`` the SDK would serve; None for anything it
+    would refuse or that is not one."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(decoded, dict) or "id" not in decoded:
+        return None
+    try:
+        envelope = JSONRPCRequest.model_validate(decoded)
+    except ValidationError:
+        return None
+    if envelope.method != METHOD or not isinstance(envelope.params, dict):
+        return None
+    if find_duplicated_routing_header(request.headers.items()) is not None:
+        return None
+    verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+    if isinstance(verdict, InboundLadderRejection):  # the SDK words the refusal
+        return None
+    try:
+        validate_client_request(METHOD, verdict.protocol_version, envelope.params)
+    except (ValidationError, ValueError, KeyError):
+        return None
+    return envelope.id, envelope.params
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` again, then what the client sends next."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
