@@ -45,7 +45,7 @@ class Sizes:
     render_turns: int = 6
     render_rate_per_s: float = 10.0
     # MCP against HTTP: sequential sends over each face.
-    mcp_sends: int = 300
+    mcp_sends: int = 600
     # How long delivery of what a scenario sent may take before the run is void.
     drain_timeout_s: float = 600.0
 
