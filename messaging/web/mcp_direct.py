@@ -12,11 +12,11 @@ of it (its own functions: transport security and the Accept header, the
 JSON-RPC envelope, the inbound classification ladder, the params against the
 protocol's schema), answered with the result the tool gives the SDK (already in
 the protocol's wire form) and the SDK's server stamp, so that the answer is the
-one the SDK would give. Anything else goes to
-the SDK unchanged, with the body it has read replayed: another method or
-version, a content type with parameters, a body the SDK's size limit refuses,
-headers the SDK checks by a tool's schema (``Mcp-Param-*``: no Courier tool
-declares any), and every request a check refuses (the SDK answers it).
+one the SDK would give. Anything else goes to the SDK unchanged, with the body
+it has read replayed: another method or version, a content type with
+parameters, a body the SDK's size limit refuses, headers the SDK checks by a
+tool's schema (``Mcp-Param-*``: no Courier tool declares any), and every
+request a check refuses (the SDK answers it).
 """
 
 from __future__ import annotations
