@@ -4,7 +4,7 @@ An error answer is counted once, whoever made it (a route's ``CourierError``, a
 validation error, the gate, the body limit, an unexpected failure): over HTTP
 by ``CountRefusals``, which sees every answer leave, and over MCP, whose tool
 errors travel in 200 answers, by the MCP server where it makes a tool error
-(``messaging.web.mcp``). Both count here, in ``courier_refusals_total``.
+(``messaging.web.mcp_tools``). Both count here, in ``courier_refusals_total``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 
 from messaging.client import Event, parse_events
 from messaging.store.live import parse_stream_id
-from messaging.web.mcp import short_subject
+from messaging.web.mcp_tools import short_subject
 
 
 def test_events_are_parsed_with_their_id_name_and_json_data():

@@ -16,8 +16,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from messaging.web.mcp import tool_error, tool_result
 from messaging.web.mcp_direct import DirectToolCalls
+from messaging.web.mcp_tools import tool_error, tool_result
 
 Json = dict[str, Any]
 VERSION = MODERN_PROTOCOL_VERSIONS[-1]
@@ -126,6 +126,9 @@ PASSED_ON = {
     "params that are not the protocol's": _call(body=orjson.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}})),
     "a body over the SDK's limit": _call(body=b" " * (64 * 1024) + _call()[1]),
+    "an id past 64 bits (orjson reads a float)": _call(
+        body=_call()[1].replace(b'"id":7', b'"id":18446744073709551616')),
+    "a body nested past orjson's depth": _call(body=b"[" * 2000 + b"]" * 2000),
 }
 
 
