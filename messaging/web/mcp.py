@@ -221,6 +221,6 @@ def mcp_app(settings: Settings) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
                                transport_security=_security(settings))
     manager = server.session_manager
     direct = DirectToolCalls(StreamableHTTPASGIApp(manager), server.courier_tools,
-                             server.server_info, _security(settings),
+                             server.server_info, manager.security_settings,
                              manager.max_request_body_size)
     return BearerAgent(direct), manager

@@ -15,8 +15,11 @@ the protocol's wire form) and the SDK's server stamp, so that the answer is the
 one the SDK would give. Anything else goes to the SDK unchanged, with the body
 it has read replayed: another method or version, a content type with
 parameters, a body the SDK's size limit refuses, headers the SDK checks by a
-tool's schema (``Mcp-Param-*``: no Courier tool declares any), and every
-request a check refuses (the SDK answers it).
+tool's schema (``Mcp-Param-*``: no Courier tool declares any), params beyond
+a tool's name, arguments and ``_meta`` (request state, tasks), arguments the
+two JSON parsers would read differently (nested deep, integers past 64 bits),
+and every request a check refuses (the SDK answers it). "The answer" means the
+JSON: its bytes may differ (key order, escapes).
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ from messaging.types import Json
 
 METHOD = "tools/call"
 JSON_TYPE = b"application/json"
+# The params a plain call carries. Others (``requestState``, ``task``) are checked by
+# the SDK's middlewares and its own params model: such a call is the SDK's.
+PLAIN_PARAMS = frozenset({"name", "arguments", "_meta"})
+# Deeper arguments go to the SDK: no Courier tool's arguments nest a tenth as deep, and
+# orjson and the standard library's parser stop at different depths.
+MAX_DEPTH = 32
+# orjson reads an integer this large or larger as a float; the SDK's parser keeps it.
+MAX_EXACT_INT = 2**63
 _VERSIONS = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 _PARAM_HEADER = b"mcp-param-"
 
@@ -58,7 +69,7 @@ class DirectToolCalls:
     """ASGI middleware before the SDK's app: plain ``tools/call`` requests answered here."""
 
     def __init__(self, app: ASGIApp, tools: Mapping[str, Tool], server_info: Json,
-                 security: TransportSecuritySettings, max_body_bytes: int) -> None:
+                 security: TransportSecuritySettings | None, max_body_bytes: int) -> None:
         self.app = app
         self.tools = tools
         self.server_info = server_info  # the SDK's stamp of this server (name, version)
@@ -120,7 +131,11 @@ def _call_of(body: bytes, request: Request) -> tuple[str | int, Json] | None:
         envelope = JSONRPCRequest.model_validate(decoded)
     except ValidationError:
         return None
-    if envelope.method != METHOD or not isinstance(envelope.params, dict):
+    params = envelope.params
+    if (envelope.method != METHOD or not isinstance(params, dict)
+            or not params.keys() <= PLAIN_PARAMS):
+        return None
+    if not _read_alike(params.get("arguments")):
         return None
     if find_duplicated_routing_header(request.headers.items()) is not None:
         return None
@@ -128,10 +143,26 @@ def _call_of(body: bytes, request: Request) -> tuple[str | int, Json] | None:
     if isinstance(verdict, InboundLadderRejection):  # the SDK words the refusal
         return None
     try:
-        validate_client_request(METHOD, verdict.protocol_version, envelope.params)
+        validate_client_request(METHOD, verdict.protocol_version, params)
     except (ValidationError, ValueError, KeyError):
         return None
-    return envelope.id, envelope.params
+    return envelope.id, params
+
+
+def _read_alike(value: object) -> bool:
+    """True when the SDK's parser reads ``value`` as orjson did: nested at most
+    ``MAX_DEPTH`` deep, no integer orjson turned into a float."""
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return False
+            pending += [(x, depth + 1) for x in (item.values() if isinstance(item, dict)
+                                                  else item)]
+        elif isinstance(item, float) and item.is_integer() and abs(item) >= MAX_EXACT_INT:
+            return False
+    return True
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

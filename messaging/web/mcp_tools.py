@@ -228,6 +228,8 @@ class CourierTool:
             args = self.validate(arguments)
         except ValidationError as exc:
             return tool_error(from_validation(exc).body())
+        except RecursionError:  # nested deeper than the JSON encoder goes: no model's shape
+            return tool_error(invalid("arguments", "nested too deeply").body())
         return await run_tool(scope, lambda svc, who: self.run(svc, who, args))
 
     def input_schema(self) -> Json:

@@ -23,9 +23,9 @@ SDKS = "application/json; charset=utf-8"
 
 
 def _call(project: Project, token: str, tool: str, args: Json, content_type: str,
-          **headers: str) -> tuple[int, Any]:
+          params: Json | None = None, **headers: str) -> tuple[int, Any]:
     body = {"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": {
-        "name": tool, "arguments": args,
+        **(params or {}), "name": tool, "arguments": args,
         "_meta": {"io.modelcontextprotocol/protocolVersion": VERSION,
                   "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
                   "io.modelcontextprotocol/clientCapabilities": {}}}}
@@ -36,9 +36,10 @@ def _call(project: Project, token: str, tool: str, args: Json, content_type: str
     return response.status_code, response.json()
 
 
-def _both(project: Project, token: str, tool: str, args: Json, **headers: str) -> Json:
-    direct = _call(project, token, tool, args, DIRECT, **headers)
-    assert direct == _call(project, token, tool, args, SDKS, **headers)
+def _both(project: Project, token: str, tool: str, args: Json, params: Json | None = None,
+          **headers: str) -> Json:
+    direct = _call(project, token, tool, args, DIRECT, params, **headers)
+    assert direct == _call(project, token, tool, args, SDKS, params, **headers)
     answer: Json = direct[1]
     return answer
 
@@ -84,3 +85,7 @@ def test_the_sdks_refusals_are_its_own_on_both_content_types(project: Project):
     assert answer["error"]["code"] < 0  # JSON-RPC's, from the SDK
     answer = _both(project, alice.row["token"], "no_such_tool", {})
     assert answer.get("error") or answer["result"]["isError"] is True
+    send = {"to": ["Bob"], "subject": "s", "body_md": "b"}
+    for params in ({"requestState": "forged"}, {"task": 5}):
+        answer = _both(project, alice.row["token"], "send_message", send, params)
+        assert answer["error"]["code"] < 0, answer  # refused: nothing sent

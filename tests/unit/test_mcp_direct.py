@@ -17,7 +17,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from messaging.web.mcp_direct import DirectToolCalls
-from messaging.web.mcp_tools import tool_error, tool_result
+from messaging.web.mcp_tools import TOOLS, tool_error, tool_result
 
 Json = dict[str, Any]
 VERSION = MODERN_PROTOCOL_VERSIONS[-1]
@@ -128,12 +128,30 @@ PASSED_ON = {
     "a body over the SDK's limit": _call(body=b" " * (64 * 1024) + _call()[1]),
     "an id past 64 bits (orjson reads a float)": _call(
         body=_call()[1].replace(b'"id":7', b'"id":18446744073709551616')),
-    "a body nested past orjson's depth": _call(body=b"[" * 2000 + b"]" * 2000),
+    "arguments nested past the path's depth": _call(body=_call()[1].replace(
+        b'"arguments":{"to":["Bob"]}', b'"arguments":{"to":' + b"[" * 40 + b"]" * 40 + b"}")),
+    "an integer past 64 bits in the arguments (orjson reads a float)": _call(
+        body=_call()[1].replace(b'["Bob"]', b"18446744073709551617")),
+    "request state in the params (the SDK's middleware checks it)": _call(
+        body=_call()[1].replace(b'"name":', b'"requestState":"forged","name":')),
+    "a task in the params (the SDK's params model checks it)": _call(
+        body=_call()[1].replace(b'"name":', b'"task":5,"name":')),
 }
 
 
 @pytest.mark.parametrize("case", sorted(PASSED_ON))
 def test_anything_else_reaches_the_sdk_with_its_body_intact(case: str):
     headers, body = PASSED_ON[case]
+    assert body != _call()[1] or headers != _call()[0]  # the case changed the plain call
     sdk, status, answer = _serve(headers, body)
     assert (sdk.bodies, status, answer) == ([body], 299, b"sdk")
+
+
+def test_arguments_too_deep_for_the_json_encoder_are_a_tool_error_in_the_api_shape():
+    tool = next(t for t in TOOLS if t.name == "fetch_inbox")
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    result = asyncio.run(tool.call({}, {"cursor": deep}))
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"
