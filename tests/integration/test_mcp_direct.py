@@ -15,6 +15,7 @@ import pytest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tests.integration.conftest import Project
+from tests.stack import wait_until
 
 Json = dict[str, Any]
 VERSION = MODERN_PROTOCOL_VERSIONS[-1]
@@ -54,6 +55,14 @@ def test_reads_and_a_replayed_send_are_answered_the_same_on_both_paths(project: 
     assert replay["structuredContent"]["idempotent_replay"] is True
     assert replay["structuredContent"]["id"] == first["structuredContent"]["id"]
     delivery = first["structuredContent"]["delivery"]["observations"][0]["delivery_id"]
+
+    def steady_inbox() -> bool:  # delivered, and two reads alike: nothing moves now
+        reads = [_call(project, bob.row["token"], "fetch_inbox", {"limit": 5}, DIRECT)
+                 for _ in range(2)]
+        return bool(reads[0][1]["result"]["structuredContent"]["messages"]) and (
+            reads[0] == reads[1])
+
+    wait_until(steady_inbox, what="the message in Bob's inbox, its reads steady")
     for tool, args in (("list_agents", {}), ("fetch_inbox", {"limit": 5}),
                        ("search_messages", {"q": "quotes"})):
         assert _both(project, bob.row["token"], tool, args)["result"]["isError"] is False
