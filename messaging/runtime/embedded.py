@@ -45,7 +45,9 @@ from types import TracebackType
 from typing import IO
 
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 
 from messaging.config import EMBEDDED_URL_FILE, STORE_PASSWORD_FILE, get_settings
 from messaging.runtime import logs
@@ -320,12 +322,16 @@ class EmbeddedStore:
 
     def _wait_until_serving(self, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
         """Wait until ``proc`` (not some other server on the port) answers PING."""
+        # One try per probe: this loop is the retry. redis-py's own retries (with
+        # backoff) held one probe of another server on a taken port for ~4 s, past
+        # the moment this server had exited.
         client = redis.Redis(
             host=self.host,
             port=self.port,
             password=self.password,
             socket_timeout=PROBE_TIMEOUT_S,
             socket_connect_timeout=PROBE_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
         )
         deadline = time.monotonic() + timeout_s
         try:
