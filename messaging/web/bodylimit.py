@@ -65,7 +65,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        await self.app(scope, replay(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         await refuse(CourierError("BODY_TOO_LARGE", f"the request body is over {self.max_bytes} "
@@ -78,7 +78,7 @@ class BodyLimit:
             scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that gives the body read already, then waits on the client as before."""
     pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 

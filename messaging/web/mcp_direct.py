@@ -41,9 +41,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging.types import Json
+from messaging.web.bodylimit import replay
 
 METHOD = "tools/call"
 JSON_TYPE = b"application/json"
@@ -87,7 +88,7 @@ class DirectToolCalls:
             if call is not None and call[1].get("name") in self.tools:
                 await self._answer(scope, receive, send, *call)
                 return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _checked(self, request: Request) -> bool:
         """True when the SDK's transport checks pass (it answers those that do not)."""
@@ -163,13 +164,3 @@ def _read_alike(value: object) -> bool:
         elif isinstance(item, float) and item.is_integer() and abs(item) >= MAX_EXACT_INT:
             return False
     return True
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` again, then what the client sends next."""
-    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replayed
