@@ -52,6 +52,10 @@ def admission_rows(r: Json) -> list[Row]:
              _at_least(0.6), on_ratio=True),
         _row("admission", "p50 ms", c["p50_ms"], t["p50_ms"], base),
         _row("admission", "p99 ms", c["p99_ms"], t["p99_ms"], base, "<= 20 ms", _at_most(20)),
+        _row("admission", "API CPU ms per send (its processes, publishing included)",
+             r.get("api_cpu_ms_per_send", math.nan), r.get("trivial_cpu_ms_per_request"),
+             "trivial endpoint, per request"),
+        _row("admission", "store CPU ms per send", r.get("store_cpu_ms_per_send", math.nan)),
         _row("admission", "store commands run per send (publishing, scripts' own included)",
              r.get("store_commands_run_per_send", math.nan)),
     ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -29,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.context import Context
 from bench.population import body_md, populate
+from bench.procs import tree_cpu_s
 from bench.profile import profiled
 from bench.verify import (
     Admitted,
@@ -38,32 +38,6 @@ from bench.verify import (
     wait_delivered,
 )
 from messaging.client import CourierClient
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and every process below it: the scheduler's nanosecond count
-    of each live thread (``/proc/*/task/*/schedstat``), not the clock ticks of
-    ``/proc/*/stat``, whose 10 ms steps are a tenth of one turn's time."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, grew = {pid}, True
-    while grew:
-        below = {p for p, parent in parents.items() if parent in tree} - tree
-        grew = bool(below)
-        tree |= below
-    spent_ns = 0
-    for process in tree:
-        for schedstat in Path(f"/proc/{process}/task").glob("*/schedstat"):
-            try:
-                spent_ns += int(schedstat.read_text().split()[0])
-            except (OSError, IndexError, ValueError):
-                continue
-    return spent_ns / 1e9
-
 
 # Unmeasured sends on each face first: the first requests of a process warm its caches.
 WARMUP_SENDS = 20
@@ -109,7 +83,7 @@ class Faces:
 
                 for face, count, measured in turns:
                     one = over_rest if face == "http" else over_mcp
-                    cpu_s, client_s, overran = _tree_cpu_s(self.api_pid), 0.0, 0
+                    cpu_s, client_s, overran = tree_cpu_s(self.api_pid), 0.0, 0
                     for _ in range(count):
                         started = time.monotonic()
                         out.append(await one())
@@ -119,7 +93,7 @@ class Faces:
                         await asyncio.sleep(max(0.0, PERIOD_S - took))
                     if measured:
                         spent = self.spent[face]
-                        spent["cpu_s"] += _tree_cpu_s(self.api_pid) - cpu_s
+                        spent["cpu_s"] += tree_cpu_s(self.api_pid) - cpu_s
                         spent["client_s"] += client_s
                         spent["sends"] += count
                         spent["overran"] += overran
