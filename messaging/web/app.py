@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from messaging import __version__
 from messaging.config import OperatorTokenMissing, Settings, get_settings
-from messaging.errors import CourierError, store_full, store_unavailable
+from messaging.errors import CourierError
 from messaging.models import field_path
 from messaging.runtime import logs
 from messaging.runtime.children import die_with_parent
@@ -36,12 +36,13 @@ from messaging.store.store import Store
 from messaging.web import openapi
 from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
 from messaging.web.deps import Services
-from messaging.web.fairshare import ProjectShare
+from messaging.web.direct import DirectSends
+from messaging.web.fairshare import FairShare, ProjectShare
 from messaging.web.guard import Authenticate, Gate
 from messaging.web.head import HeadAsGet
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
-from messaging.web.refusals import CountRefusals
+from messaging.web.refusals import CountRefusals, answered_as, error_response
 from messaging.web.routes import (
     console,
     deliveries,
@@ -66,9 +67,11 @@ FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
                    413: "BODY_TOO_LARGE", 422: "INVALID_ARGUMENT"}
 
 
-async def _courier_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, CourierError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+async def _known_failure(request: Request, exc: Exception) -> JSONResponse:
+    """A ``CourierError``, or a store failure, in Courier's shape."""
+    err = answered_as(exc)
+    assert err is not None
+    return error_response(err)
 
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
@@ -82,7 +85,7 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
         "INVALID_ARGUMENT", f"{first['field']}: {first['message']}",
         {"field": first["field"], "errors": errors},
     )
-    return JSONResponse(err.body(), status_code=err.status)
+    return error_response(err)
 
 
 async def _framework_error(request: Request, exc: Exception) -> JSONResponse:
@@ -90,17 +93,7 @@ async def _framework_error(request: Request, exc: Exception) -> JSONResponse:
     code = FRAMEWORK_CODES.get(exc.status_code, "INVALID_ARGUMENT")
     message = "no such path or method" if code == "NOT_FOUND" else str(exc.detail)
     err = CourierError(code, message, {"field": "body"} if code == "INVALID_ARGUMENT" else None)
-    return JSONResponse(err.body(), status_code=err.status)
-
-
-async def _store_full(request: Request, exc: Exception) -> JSONResponse:
-    err = store_full()
-    return JSONResponse(err.body(), status_code=err.status)
-
-
-async def _store_down(request: Request, exc: Exception) -> JSONResponse:
-    err = store_unavailable()
-    return JSONResponse(err.body(), status_code=err.status)
+    return error_response(err)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -152,20 +145,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost last. The caller is known from the headers first (Authenticate), then
     # the body is read at its pace (BodyLimit), then the project's requests past its
     # fair share wait before any work on them (ProjectShare).
-    app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH])
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes + ENVELOPE_BYTES)
+    share = FairShare()
+    max_bytes = settings.max_body_bytes + ENVELOPE_BYTES
+    app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH], share=share)
+    app.add_middleware(BodyLimit, max_bytes=max_bytes)
     app.add_middleware(Authenticate)
     # Outside them: every error answer, whoever made it, is counted on its way out.
     app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
-    # Outermost of all: every layer sees a HEAD as the GET it stands for (its
-    # refusals are counted like the GET's; only the body is dropped, here).
+    # Outside them: every layer sees a HEAD as the GET it stands for (its refusals are
+    # counted like the GET's; only the body is dropped, here).
     app.add_middleware(HeadAsGet)
-    app.add_exception_handler(CourierError, _courier_error)
+    # Outermost of all: the send's common case, answered doing what the layers beneath
+    # would do for it (messaging.web.direct).
+    app.add_middleware(DirectSends, share=share, max_bytes=max_bytes)
+    for known in (CourierError, redis.exceptions.OutOfMemoryError, *STORE_DOWN):
+        app.add_exception_handler(known, _known_failure)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)
-    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
-    for store_down in STORE_DOWN:
-        app.add_exception_handler(store_down, _store_down)
     # The routers' routes go on the app's own router, in the same order: an included
     # router is matched per request through FastAPI's include machinery, a cost every
     # request pays; the routes and the OpenAPI schema are the same either way.

@@ -40,42 +40,53 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
+        try:
+            body = await read_body(scope, receive, self.max_bytes)
+        except CourierError as exc:
+            await refuse(exc, scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        deadline = time.monotonic() + BODY_TOTAL_S
-        while True:
-            wait_s = min(BODY_STALL_S, max(0.0, deadline - time.monotonic()))
-            try:
-                async with asyncio.timeout(wait_s):
-                    message = await receive()
-            except TimeoutError:
-                await self._late(scope, receive, send)
-                return
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, replay(b"".join(chunks), receive), send)
+        if body is not None:
+            await self.app(scope, replay(body, receive), send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await refuse(CourierError("BODY_TOO_LARGE", f"the request body is over {self.max_bytes} "
-                                  "bytes", {"max_bytes": self.max_bytes}), scope, receive, send)
 
-    async def _late(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await refuse(CourierError(
-            "REQUEST_TIMEOUT", f"the request body stalled for {BODY_STALL_S:g} s or took over "
-            f"{BODY_TOTAL_S:g} s", {"stall_s": BODY_STALL_S, "total_s": BODY_TOTAL_S}),
-            scope, receive, send)
+async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | None:
+    """A request's whole body, read at its pace; None when the client went away first.
+
+    Raises:
+        CourierError: BODY_TOO_LARGE (declared or received over ``max_bytes``) or
+            REQUEST_TIMEOUT (the body stalled or took too long); the rest is not read.
+    """
+    declared = dict(scope["headers"]).get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large(max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + BODY_TOTAL_S
+    while True:
+        wait_s = min(BODY_STALL_S, max(0.0, deadline - time.monotonic()))
+        try:
+            async with asyncio.timeout(wait_s):
+                message = await receive()
+        except TimeoutError:
+            raise CourierError(
+                "REQUEST_TIMEOUT", f"the request body stalled for {BODY_STALL_S:g} s or took "
+                f"over {BODY_TOTAL_S:g} s", {"stall_s": BODY_STALL_S, "total_s": BODY_TOTAL_S},
+            ) from None
+        if message["type"] != "http.request":  # the client went away
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large(max_bytes)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def too_large(max_bytes: int) -> CourierError:
+    """The refusal of a body over ``max_bytes``."""
+    return CourierError("BODY_TOO_LARGE", f"the request body is over {max_bytes} bytes",
+                        {"max_bytes": max_bytes})
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

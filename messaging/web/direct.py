@@ -1,72 +1,125 @@
-"""A route whose common case skips FastAPI's per-request machinery: the send.
+"""The send, answered ahead of the framework's per-request machinery.
 
-``POST /v1/messages`` is the request agents make most. FastAPI's handler for
-it parses the JSON with the standard library, solves the route's
-dependencies (the services, the bearer scheme, the caller) and validates the
-body through a type adapter, on every request. ``DirectBodyRoute`` declares
-the route as usual (the OpenAPI document, the route index and every error
-are FastAPI's), and takes the common case itself: a JSON object in a body
-declared ``application/json``, parsed by orjson and validated by the model,
-with the caller the gate put in the scope, handed to the same endpoint
-function. Anything else (no body, another content type, JSON orjson refuses,
-a body that is not an object) goes to FastAPI's own handler, so it is
-answered exactly as before. The order of answers is FastAPI's: a body that
-is not JSON, then the caller (401, 429), then the body's fields.
+``POST /v1/messages`` is the request agents make most, and its common case
+needs little of what serves every other route: ``DirectSends`` (the outermost
+of Courier's ASGI layers) takes a send with a valid token and a body declared
+``application/json``, and does for it what the layers beneath would, in
+their order: the caller from the headers (the gate: one token hash, one
+lookup, one rate check), the body at its pace and within its limit
+(``bodylimit.read_body``), a turn in the project's fair share (the same
+``FairShare`` the other routes wait in), the body parsed by orjson and
+validated by the model, the send service, and the answer, each error
+answered and counted as the layers beneath answer and count it.
+
+Everything else goes down the layers, as before: another path, method or
+content type; a request without a valid caller (the gate's answer, found
+once: what it found rides in the scope, so the gate beneath does not look
+again); and a body that is not a JSON object the model accepts, handed on with
+its bytes replayed (and its turn given back), so that FastAPI's own handler
+answers it. The answer to a send is the same on either way (tests compare them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
-
 import orjson
-from fastapi import Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messaging.web.deps import Services, caller, services
+from messaging.errors import CourierError
+from messaging.models import SendIn
+from messaging.service import sending
+from messaging.service.caller import Caller
+from messaging.web.bodylimit import read_body, replay
+from messaging.web.deps import Services
+from messaging.web.fairshare import FairShare
+from messaging.web.guard import AUTH_SCOPE_KEY, refuse
+from messaging.web.refusals import INTERNAL, answered_as, count, error_response
 
-JSON_TYPE = "application/json"
-# Where FastAPI puts a body's errors.
-BODY_LOC = ("body",)
-
-Endpoint = Callable[[Any, Services, Any], Awaitable[Response]]
+SEND_PATH = "/v1/messages"
+JSON_TYPE = b"application/json"
+FACE = "http"
 
 
-class DirectBodyRoute(APIRoute):
-    """An ``APIRoute`` for ``endpoint(body: Model, svc: Svc, who: Who)``, its common case
-    handled directly."""
+class DirectSends:
+    """ASGI middleware: the common case of ``POST /v1/messages``, answered here."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        standard = super().get_route_handler()
-        body_params = self.dependant.body_params
-        if len(body_params) != 1 or self.dependant.path_params or self.dependant.query_params:
-            raise TypeError(f"{self.path}: a direct route takes one body and no parameters")
-        model = body_params[0].field_info.annotation
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise TypeError(f"{self.path}: a direct route's body is a pydantic model")
-        endpoint: Endpoint = self.endpoint
+    def __init__(self, app: ASGIApp, share: FairShare, max_bytes: int) -> None:
+        self.app = app
+        self.share = share
+        self.max_bytes = max_bytes
 
-        async def handler(request: Request) -> Response:
-            body = await request.body()  # kept on the request: FastAPI's handler reads it again
-            content_type = request.headers.get("content-type", "")
-            if not body or content_type.split(";")[0].strip().lower() != JSON_TYPE:
-                return await standard(request)
-            try:
-                data = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                return await standard(request)
-            if not isinstance(data, dict):
-                return await standard(request)
-            svc = await services(request)
-            who = await caller(request, None)  # the gate's, as every route's
-            try:
-                parsed = model.model_validate(data, from_attributes=True)
-            except ValidationError as exc:
-                raise RequestValidationError(
-                    [{**e, "loc": BODY_LOC + tuple(e["loc"])}
-                     for e in exc.errors(include_url=False)], body=data) from None
-            return await endpoint(parsed, svc, who)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _plain_send(scope):
+            await self.app(scope, receive, send)
+            return
+        svc: Services = scope["app"].state.services
+        auth = await svc.gate.authenticate(scope)
+        scope[AUTH_SCOPE_KEY] = auth
+        if auth.caller is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await read_body(scope, receive, self.max_bytes)
+        except CourierError as exc:
+            await _answer_failure(exc, scope, receive, send, close=True)
+            return
+        if body is None:  # the client went away
+            return
+        async with self.share.turn(auth.group):
+            parsed = _parsed(body)
+            if parsed is not None:
+                await _admit(svc, auth.caller, parsed, scope, receive, send)
+                return
+        await self.app(scope, replay(body, receive), send)
 
-        return handler
+
+def _plain_send(scope: Scope) -> bool:
+    """True for a POST at the send path declaring a JSON body."""
+    if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SEND_PATH
+            or scope.get("root_path")):
+        return False
+    types = [value for name, value in scope["headers"] if name == b"content-type"]
+    return len(types) == 1 and types[0].split(b";")[0].strip().lower() == JSON_TYPE
+
+
+def _parsed(body: bytes) -> SendIn | None:
+    """The send a body holds, or None when FastAPI's handler should answer it."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
+        return SendIn.model_validate(data, from_attributes=True)
+    except ValidationError:
+        return None
+
+
+async def _admit(svc: Services, caller: Caller, body: SendIn,
+                 scope: Scope, receive: Receive, send: Send) -> None:
+    try:
+        sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body)
+    except Exception as exc:
+        await _answer_failure(exc, scope, receive, send)
+        return
+    payload = orjson.dumps(sent.body)
+    await send({"type": "http.response.start", "status": sent.status,
+                "headers": [(b"content-length", str(len(payload)).encode()),
+                            (b"content-type", JSON_TYPE)]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _answer_failure(exc: Exception, scope: Scope, receive: Receive, send: Send,
+                          close: bool = False) -> None:
+    """Answer and count an error as the layers beneath would; re-raise an unexpected one
+    (counted, then answered 500 by the server's last resort)."""
+    err = answered_as(exc)
+    if err is None:
+        count(INTERNAL, FACE)
+        raise exc
+    count(err.code, FACE)
+    if close:  # the body's own refusals: the rest of it is not read
+        await refuse(err, scope, receive, send)
+    else:
+        await error_response(err)(scope, receive, send)

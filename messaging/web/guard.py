@@ -125,8 +125,10 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         gate: Gate = scope["app"].state.services.gate
-        auth = await gate.authenticate(scope)
-        scope[AUTH_SCOPE_KEY] = auth
+        auth = scope.get(AUTH_SCOPE_KEY)  # found already by the direct send's layer
+        if auth is None:
+            auth = await gate.authenticate(scope)
+            scope[AUTH_SCOPE_KEY] = auth
         if auth.caller is None and has_body(scope):
             try:
                 await gate.caller(auth)

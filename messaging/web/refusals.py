@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import json
 
+import redis.exceptions
 from prometheus_client import Counter
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from messaging.errors import CourierError, store_full, store_unavailable
+from messaging.store.connect import STORE_DOWN
 
 REFUSALS = Counter("courier_refusals", "Error answers on every face (http, sse, mcp), by error "
                    "code; INTERNAL is a failure nobody expected", ["code", "face"])
@@ -24,6 +29,23 @@ INTERNAL = "INTERNAL"
 def count(code: str, face: str) -> None:
     """Count one refusal."""
     REFUSALS.labels(code=code, face=face).inc()
+
+
+def answered_as(exc: Exception) -> CourierError | None:
+    """The error an exception is answered as: a ``CourierError`` itself, a full or
+    unreachable store's 503; None for a failure nobody expected (a 500)."""
+    if isinstance(exc, CourierError):
+        return exc
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return store_full()
+    if isinstance(exc, STORE_DOWN):
+        return store_unavailable()
+    return None
+
+
+def error_response(exc: CourierError) -> JSONResponse:
+    """The HTTP answer of an error, in Courier's shape."""
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 def error_code(body: bytes) -> str | None:

@@ -1,8 +1,10 @@
-"""The send route's direct path answers exactly as FastAPI's own handler does.
+"""The send's direct layer answers exactly as the layers beneath and FastAPI's handler do.
 
-A body declared ``application/json`` takes the direct path; the same bytes
-declared ``application/merge-patch+json`` (JSON too, for FastAPI) take
-FastAPI's handler. Every answer, refusals included, must be the same.
+A body declared ``application/json`` takes the direct layer
+(``messaging.web.direct``); the same bytes declared
+``application/merge-patch+json`` (JSON too, for FastAPI) go down the
+middleware stack to FastAPI's handler. Every answer, refusals included, must
+be the same: status, headers and JSON.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.conftest import Project
@@ -34,11 +37,24 @@ REFUSED_BODIES = {
 }
 
 
-def _post(project: Project, token: str, body: bytes, content_type: str) -> tuple[int, Any]:
+# Headers that differ between any two answers.
+PER_ANSWER = {"date"}
+
+
+def _answer(project: Project, token: str, body: bytes, content_type: str,
+            **headers: str) -> httpx.Response:
     client = project.client(token)
-    r = client.http.post("/v1/messages", content=body,
-                         headers={"Content-Type": content_type})
+    return client.http.post("/v1/messages", content=body,
+                            headers={"Content-Type": content_type, **headers})
+
+
+def _post(project: Project, token: str, body: bytes, content_type: str) -> tuple[int, Any]:
+    r = _answer(project, token, body, content_type)
     return r.status_code, r.json()
+
+
+def _headers(r: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in r.headers.items() if k not in PER_ANSWER}
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED_BODIES))
@@ -71,3 +87,38 @@ def test_an_admitted_send_is_the_same_on_both_paths(project: Project):
                      for _, answer in sent)
     assert first == second
     wait_until(lambda: len(bob.api.inbox()["messages"]) == 2, what="both sends delivered")
+
+
+def test_a_replay_and_its_headers_are_the_same_on_both_paths(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    body = json.dumps({"to": ["Bob"], "subject": "Plan", "body_md": "# Plan",
+                       "idempotency_key": "plan-1"}).encode()
+    first = _answer(project, alice.row["token"], body, DIRECT)
+    assert first.status_code == 201
+    replays = [_answer(project, alice.row["token"], body, kind) for kind in (DIRECT, FASTAPIS)]
+    assert [r.status_code for r in replays] == [200, 200]
+    assert replays[0].json() == replays[1].json()
+    assert replays[0].json()["idempotent_replay"] is True
+    assert _headers(replays[0]) == _headers(replays[1])
+    assert _headers(first).keys() == _headers(replays[0]).keys()
+    wait_until(lambda: len(bob.api.inbox()["messages"]) == 1, what="the send delivered")
+
+
+def test_an_error_answer_has_the_same_headers_on_both_paths(project: Project):
+    alice = project.agent("Alice")
+    body = json.dumps({"to": ["Nobody"], "subject": "s", "body_md": "b"}).encode()
+    answers = [_answer(project, alice.row["token"], body, kind) for kind in (DIRECT, FASTAPIS)]
+    assert [r.status_code for r in answers] == [422, 422]
+    assert answers[0].json() == answers[1].json()
+    assert _headers(answers[0]) == _headers(answers[1])
+
+
+def test_a_body_over_the_limit_is_refused_the_same_on_both_paths(project: Project):
+    alice = project.agent("Alice")
+    project.agent("Bob")
+    over = json.dumps({"to": ["Bob"], "subject": "s",
+                       "body_md": "x" * (2 * 1024 * 1024)}).encode()
+    answers = [_answer(project, alice.row["token"], over, kind) for kind in (DIRECT, FASTAPIS)]
+    assert [r.status_code for r in answers] == [413, 413]
+    assert answers[0].json() == answers[1].json()
+    assert _headers(answers[0]) == _headers(answers[1])

@@ -18,6 +18,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from messaging.web.mcp_direct import DirectToolCalls
 from messaging.web.mcp_tools import TOOLS, tool_error, tool_result
+from tests.asgi import StandIn
 
 Json = dict[str, Any]
 VERSION = MODERN_PROTOCOL_VERSIONS[-1]
@@ -47,24 +48,6 @@ class EchoTool:
         return tool_result({"arguments": arguments})
 
 
-class SdkStandIn:
-    """Records the requests that reach it and the body each carried."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.bodies.append(body)
-        await send({"type": "http.response.start", "status": 299, "headers": []})
-        await send({"type": "http.response.body", "body": b"sdk"})
-
-
 def _call(name: str = "echo", **changes: Any) -> tuple[list[tuple[bytes, bytes]], bytes]:
     params = {"name": name, "arguments": {"to": ["Bob"]},
               "_meta": {"io.modelcontextprotocol/protocolVersion": VERSION,
@@ -80,8 +63,8 @@ def _call(name: str = "echo", **changes: Any) -> tuple[list[tuple[bytes, bytes]]
 
 
 def _serve(headers: list[tuple[bytes, bytes]], body: bytes, *,
-           rebinding_checked: bool = True) -> tuple[SdkStandIn, int, bytes]:
-    sdk = SdkStandIn()
+           rebinding_checked: bool = True) -> tuple[StandIn, int, bytes]:
+    sdk = StandIn(b"sdk")
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=rebinding_checked,
         allowed_hosts=["127.0.0.1:*"], allowed_origins=["http://127.0.0.1:*"])
