@@ -8,7 +8,9 @@ connections land on either process as the kernel hands them out.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,5 +166,51 @@ def test_one_api_of_two_processes_serves_its_port_and_adds_up_its_counters(stack
             with httpx.Client(base_url=url, headers=operator, timeout=10) as op:
                 seen.append(_refusals(op.get("/metrics").text, "UNAUTHENTICATED"))
         assert seen == [REQUESTS] * 6, seen
+    finally:
+        api.stop()
+
+
+def _listening(pid: int, port: int) -> set[int]:
+    """The inodes of the listening TCP sockets on ``port`` that process ``pid`` holds."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                listening.add(int(fields[9]))
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(int(target[8:-1]))
+    return listening & held
+
+
+def test_each_api_process_listens_on_a_socket_of_its_own_and_a_new_one_too(stack: Stack):
+    api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        serving = _serving(api)
+        deadline = time.monotonic() + 30
+        while not all(sockets := [_listening(pid, port) for pid in serving]):
+            assert time.monotonic() < deadline, f"both processes listening: {sockets}"
+            time.sleep(0.2)
+        # One each, not one shared: the kernel spreads new connections over them.
+        assert [len(s) for s in sockets] == [1, 1] and not sockets[0] & sockets[1], sockets
+        assert not _listening(api.popen.pid, port)  # the supervisor claims, never listens
+        os.kill(serving[0], signal.SIGKILL)
+        while len(now := _serving(api)) < 2 or serving[0] in now:
+            assert time.monotonic() < deadline, "the supervisor did not replace the process"
+            time.sleep(0.2)
+        replaced = next(pid for pid in now if pid != serving[1])
+        while not _listening(replaced, port):
+            assert time.monotonic() < deadline, "the new process does not listen"
+            time.sleep(0.2)
+        assert not _listening(replaced, port) & sockets[1]
+        for _ in range(REQUESTS):  # each on a new connection: both processes answer
+            assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
     finally:
         api.stop()
