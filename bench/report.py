@@ -74,6 +74,22 @@ def stack_rows(r: Json) -> list[Row]:
         _row("stack", "admitted->accepted p99 ms, under load", lag["p99_ms"], target="<= 100 ms",
              check=_at_most(100)),
         _row("stack", "drain s after the load", r["drain_s"]),
+        *_cpu_rows(r),
+    ]
+
+
+def _cpu_rows(r: Json) -> list[Row]:
+    """CPU per send of every process of the stack, and their sum beside the trivial
+    endpoint's per request (runs before these figures have none)."""
+    spent: dict[str, float] = r.get("cpu_ms_per_send", {})
+    if not spent:
+        return []
+    return [
+        _row("stack", "CPU ms per send, every process (admitted and delivered)",
+             sum(spent.values()), r["trivial_cpu_ms_per_request"],
+             "trivial endpoint, per request"),
+        *(_row("stack", f"  CPU ms per send: {name}", ms)
+          for name, ms in sorted(spent.items(), key=lambda kv: -kv[1])),
     ]
 
 

@@ -19,7 +19,7 @@ from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadSpec
 from bench.population import populate, ring, ring_sends
-from bench.procs import TRIVIAL_APP, BenchError, free_port, wait_http, wait_worker
+from bench.procs import TRIVIAL_APP, BenchError, free_port, tree_cpu_s, wait_http, wait_worker
 from bench.profile import profiled
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, wait_delivered
@@ -51,13 +51,20 @@ def run(ctx: Context) -> dict[str, Any]:
         requests = ring_sends(pop)
 
         ctx.say(f"stack: trivial endpoint, {s.concurrency} connections, {s.admission_s:g} s")
+        cpu_s = tree_cpu_s(trivial.pid)
         base = loadgen.run(LoadSpec(turl, requests, s.concurrency, s.admission_s, s.warmup_s))
+        base_cpu_ms = 1000 * (tree_cpu_s(trivial.pid) - cpu_s) / base.sent
         c.stop(trivial)
         if base.errors or set(base.statuses) != {"201"}:
             raise BenchError(f"trivial endpoint: {base.statuses}, {base.errors[:1]}")
 
         ctx.say(f"stack: Courier as `courier up` runs it ({', '.join(table)})")
-        with profiled(procs["api"], ctx.profile_dir, "stack-api"):
+        with c.redis() as r:
+            pids = {"store": int(r.info("server")["process_id"]),
+                    **{name: proc.pid for name, proc in procs.items()}}
+        cpu_before = {name: tree_cpu_s(pid) for name, pid in pids.items()}
+        with profiled(procs["api"], ctx.profile_dir, "stack-api"), \
+                profiled(procs["worker-inbox"], ctx.profile_dir, "stack-worker-inbox"):
             load = loadgen.run(LoadSpec(url, requests, s.concurrency, s.admission_s,
                                         s.warmup_s, keep=SEND_FIELDS))
         sent = admitted(load, "stack")
@@ -65,6 +72,10 @@ def run(ctx: Context) -> dict[str, Any]:
             wait_delivered(r, pop.project_id, sent, s.drain_timeout_s, "stack")
             inboxes = Counter(aid for m in sent for _, aid in m.deliveries)
             times = check_exactly_once(r, pop.project_id, sent, "stack", dict(inboxes))
+        # Each process's CPU per send, from the load's start until every send was
+        # delivered (what the workers did after the load is the load's too).
+        cpu_ms = {name: round(1000 * (tree_cpu_s(pid) - cpu_before[name]) / load.sent, 3)
+                  for name, pid in pids.items()}
         for proc in procs.values():
             proc.check()
     start_us = min(m.sent_us for m in sent) + int(s.warmup_s * 1e6)
@@ -84,4 +95,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "drain_s": round(max(0, last_us - load_end_us) / 1e6, 3),
         "throughput_ratio": round(ratio(load.per_s, base.per_s), 3),
         "sent": len(sent),
+        "trivial_cpu_ms_per_request": round(base_cpu_ms, 3),
+        "cpu_ms_per_send": cpu_ms,
     }
