@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -283,3 +284,23 @@ def tree_cpu_s(pid: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
     return spent_ns / 1e9
+
+
+def store_commands(r: Any) -> dict[str, int]:
+    """The store's calls by command since it started (but INFO, this one's own)."""
+    return {k.removeprefix("cmdstat_"): int(v["calls"])
+            for k, v in r.info("commandstats").items() if k != "cmdstat_info"}
+
+
+def commands_per_send(before: dict[str, int], after: dict[str, int],
+                      sends: int) -> dict[str, Any]:
+    """What the store ran per send between two ``store_commands``, in all and by name
+    (the commands inside scripts included: a script call counts as one more)."""
+    return {
+        "store_commands_run_per_send": round(
+            (sum(after.values()) - sum(before.values())) / sends, 2),
+        "store_commands_run_per_send_by_name": {
+            name: round((calls - before.get(name, 0)) / sends, 2)
+            for name, calls in sorted(after.items(), key=lambda kv: -kv[1])
+            if calls > before.get(name, 0)},
+    }

@@ -9,7 +9,13 @@ from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadSpec
 from bench.population import populate, ring, ring_sends
-from bench.procs import TRIVIAL_APP, BenchError, tree_cpu_s
+from bench.procs import (
+    TRIVIAL_APP,
+    BenchError,
+    commands_per_send,
+    store_commands,
+    tree_cpu_s,
+)
 from bench.profile import profiled
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, wait_delivered
@@ -37,7 +43,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
         ctx.say("admission: Courier API (publisher on, no worker)")
         with c.redis() as r:
-            before = _commands(r)
+            before = store_commands(r)
         cpu_s, store_cpu_s = tree_cpu_s(api.pid), tree_cpu_s(store_pid)
         with profiled(api, ctx.profile_dir, "admission-api"):
             load = loadgen.run(LoadSpec(url, requests, s.concurrency, s.admission_s,
@@ -46,7 +52,7 @@ def run(ctx: Context) -> dict[str, Any]:
         store_cpu_ms = 1000 * (tree_cpu_s(store_pid) - store_cpu_s) / load.sent
         sent = admitted(load, "admission")
         with c.redis() as r:
-            after = _commands(r)
+            after = store_commands(r)
 
         ctx.say(f"admission: delivering the {len(sent)} admitted messages")
         c.start_worker()
@@ -68,16 +74,5 @@ def run(ctx: Context) -> dict[str, Any]:
         "sent": len(sent),
         # What the store (which is the broker here too) ran per send, warm-up and the
         # commands inside scripts included (a script call counts as one more).
-        "store_commands_run_per_send": round(
-            (sum(after.values()) - sum(before.values())) / len(sent), 2),
-        "store_commands_run_per_send_by_name": {
-            name: round((calls - before.get(name, 0)) / len(sent), 2)
-            for name, calls in sorted(after.items(), key=lambda kv: -kv[1])
-            if calls > before.get(name, 0)},
+        **commands_per_send(before, after, len(sent)),
     }
-
-
-def _commands(r: Any) -> dict[str, int]:
-    """The store's calls by command since it started (but INFO, this one's own)."""
-    return {k.removeprefix("cmdstat_"): int(v["calls"])
-            for k, v in r.info("commandstats").items() if k != "cmdstat_info"}

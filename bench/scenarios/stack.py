@@ -19,7 +19,16 @@ from bench import loadgen
 from bench.context import Context
 from bench.loadgen import LoadSpec
 from bench.population import populate, ring, ring_sends
-from bench.procs import TRIVIAL_APP, BenchError, free_port, tree_cpu_s, wait_http, wait_worker
+from bench.procs import (
+    TRIVIAL_APP,
+    BenchError,
+    commands_per_send,
+    free_port,
+    store_commands,
+    tree_cpu_s,
+    wait_http,
+    wait_worker,
+)
 from bench.profile import profiled
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, wait_delivered
@@ -62,6 +71,7 @@ def run(ctx: Context) -> dict[str, Any]:
         with c.redis() as r:
             pids = {"store": int(r.info("server")["process_id"]),
                     **{name: proc.pid for name, proc in procs.items()}}
+            commands_before = store_commands(r)
         cpu_before = {name: tree_cpu_s(pid) for name, pid in pids.items()}
         with profiled(procs["api"], ctx.profile_dir, "stack-api"), \
                 profiled(procs["worker-inbox"], ctx.profile_dir, "stack-worker-inbox"):
@@ -72,6 +82,7 @@ def run(ctx: Context) -> dict[str, Any]:
             wait_delivered(r, pop.project_id, sent, s.drain_timeout_s, "stack")
             inboxes = Counter(aid for m in sent for _, aid in m.deliveries)
             times = check_exactly_once(r, pop.project_id, sent, "stack", dict(inboxes))
+            commands_after = store_commands(r)
         # Each process's CPU per send, from the load's start until every send was
         # delivered (what the workers did after the load is the load's too).
         cpu_ms = {name: round(1000 * (tree_cpu_s(pid) - cpu_before[name]) / load.sent, 3)
@@ -97,4 +108,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "sent": len(sent),
         "trivial_cpu_ms_per_request": round(base_cpu_ms, 3),
         "cpu_ms_per_send": cpu_ms,
+        # Admitted and delivered, the broker's and Flower's events' included (and the
+        # exactly-once check's reads, a few per send).
+        **commands_per_send(commands_before, commands_after, load.sent),
     }
