@@ -52,25 +52,37 @@ class DirectSends:
         if not _plain_send(scope):
             await self.app(scope, receive, send)
             return
+        try:
+            passed_on = await self._serve(scope, receive, send)
+        except Exception:
+            # As beneath: counted, then answered 500 by the server's last resort.
+            count(INTERNAL, FACE)
+            raise
+        if passed_on is not None:
+            await self.app(scope, passed_on, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+        """Serve the send; or return the ``receive`` to pass it on with (its body, if
+        read, replayed)."""
         svc: Services = scope["app"].state.services
         auth = await svc.gate.authenticate(scope)
         scope[AUTH_SCOPE_KEY] = auth
         if auth.caller is None:
-            await self.app(scope, receive, send)
-            return
+            return receive
         try:
             body = await read_body(scope, receive, self.max_bytes)
         except CourierError as exc:
-            await _answer_failure(exc, scope, receive, send, close=True)
-            return
+            count(exc.code, FACE)
+            await refuse(exc, scope, receive, send)  # the rest of the body is not read
+            return None
         if body is None:  # the client went away
-            return
+            return None
         async with self.share.turn(auth.group):
             parsed = _parsed(body)
             if parsed is not None:
                 await _admit(svc, auth.caller, parsed, scope, receive, send)
-                return
-        await self.app(scope, replay(body, receive), send)
+                return None
+        return replay(body, receive)
 
 
 def _plain_send(scope: Scope) -> bool:
@@ -98,28 +110,18 @@ def _parsed(body: bytes) -> SendIn | None:
 
 async def _admit(svc: Services, caller: Caller, body: SendIn,
                  scope: Scope, receive: Receive, send: Send) -> None:
+    """Send, and answer as the route and the app's exception handlers would."""
     try:
         sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body)
     except Exception as exc:
-        await _answer_failure(exc, scope, receive, send)
+        err = answered_as(exc)
+        if err is None:
+            raise
+        count(err.code, FACE)
+        await error_response(err)(scope, receive, send)
         return
     payload = orjson.dumps(sent.body)
     await send({"type": "http.response.start", "status": sent.status,
                 "headers": [(b"content-length", str(len(payload)).encode()),
                             (b"content-type", JSON_TYPE)]})
     await send({"type": "http.response.body", "body": payload})
-
-
-async def _answer_failure(exc: Exception, scope: Scope, receive: Receive, send: Send,
-                          close: bool = False) -> None:
-    """Answer and count an error as the layers beneath would; re-raise an unexpected one
-    (counted, then answered 500 by the server's last resort)."""
-    err = answered_as(exc)
-    if err is None:
-        count(INTERNAL, FACE)
-        raise exc
-    count(err.code, FACE)
-    if close:  # the body's own refusals: the rest of it is not read
-        await refuse(err, scope, receive, send)
-    else:
-        await error_response(err)(scope, receive, send)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 from prometheus_client import REGISTRY
 
 from messaging.config import Settings
@@ -27,6 +28,7 @@ from messaging.web.deps import Services
 from messaging.web.direct import DirectSends
 from messaging.web.fairshare import FairShare
 from messaging.web.guard import AUTH_SCOPE_KEY, Gate
+from messaging.web.refusals import INTERNAL
 from tests.asgi import StandIn
 from tests.integration.conftest import Project
 from tests.stack import wait_until
@@ -187,6 +189,29 @@ def test_a_refused_send_is_answered_by_the_front_and_counted(project: Project):
     (status, body), reached, counted = _run(project, requests)
     assert status == 422 and orjson.loads(body)["error"]["code"] == "RECIPIENT_NOT_FOUND"
     assert reached == [] and counted == 1
+
+
+class ReadOnlyGate(Gate):
+    """A gate whose store answers as a replica does after a failover."""
+
+    async def authenticate(self, scope: Any) -> Any:
+        raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
+
+
+def test_a_failure_nobody_expected_is_counted_as_the_layers_beneath_count_it(
+        project: Project):
+    alice = project.agent("Alice")
+
+    async def requests(front: DirectSends, beneath: StandIn, app: Any) -> Any:
+        services = app.state.services
+        services.gate = ReadOnlyGate(services.store, services.operator_token, 1.0)
+        before = _refused(INTERNAL)
+        with pytest.raises(redis.exceptions.ReadOnlyError):  # the server answers 500
+            await _request(front, app, alice.row["token"], json.dumps(SEND).encode())
+        return _refused(INTERNAL) - before, beneath.reached
+
+    counted, reached = _run(project, requests)
+    assert counted == 1 and reached == []
 
 
 def _refused(code: str) -> float:
