@@ -15,8 +15,9 @@ from tests.stack import Stack, make_stack, project_state
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A stack without workers whose store's maxmemory the tests lower and restore."""
-    s = make_stack(tmp_path_factory.mktemp("full"))
+    """A stack without workers whose store's maxmemory the tests lower and restore; its
+    rate limit on, as by default (every request writes its rate bucket)."""
+    s = make_stack(tmp_path_factory.mktemp("full"), rate_limit_per_s="1000")
     try:
         yield s
     finally:

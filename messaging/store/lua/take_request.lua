@@ -1,6 +1,12 @@
+#!lua flags=allow-oom
 -- take_request: one request from a rate bucket that every API process shares
 -- (the generic cell rate algorithm: the bucket holds the time at which it is
 -- empty again, by the store's clock).
+--
+-- Allowed while the store is full (maxmemory under noeviction): every request
+-- of the API passes this check, and a full store must still answer reads (and
+-- refuse writes with STORE_FULL at their own step). A bucket is a few bytes that
+-- expire within about a second.
 --
 -- KEYS[1]  bucket  string  when the bucket is full again (µs since the epoch)
 --

@@ -28,6 +28,10 @@ from tests.integration.test_idle_notices import (
     test_beat_sends_the_expired_notice_when_the_time_runs_out,
     test_one_notice_per_subscription_when_50_presence_reports_race,
 )
+from tests.integration.test_operations import (
+    limited,
+    test_a_token_over_its_rate_gets_429_with_retry_after,
+)
 from tests.integration.test_reading import (
     test_a_reply_keeps_the_thread_and_goes_to_the_original_sender,
     test_a_thread_lists_what_the_caller_may_see_oldest_first,
@@ -59,6 +63,7 @@ pytestmark = pytest.mark.slow
 
 # Imported to run here: pytest collects tests and fixtures by name from this module.
 __all__ = [
+    "limited",
     "listeners",
     "mail",
     "own_stack",
@@ -74,6 +79,7 @@ __all__ = [
     "test_a_star_makes_a_word_a_prefix",
     "test_a_subscription_whose_time_runs_out_gets_one_expired_notice",
     "test_a_thread_lists_what_the_caller_may_see_oldest_first",
+    "test_a_token_over_its_rate_gets_429_with_retry_after",
     "test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps",
     "test_beat_sends_the_expired_notice_when_the_time_runs_out",
     "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
