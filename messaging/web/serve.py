@@ -9,10 +9,9 @@ process pick the address its requests are rate-limited by.
 one port, under uvicorn's supervisor, which restarts one that dies; each
 stops when the supervisor dies, however it dies. Each process listens on a
 socket of its own (``SO_REUSEPORT``), so the kernel spreads new connections
-evenly over them: on one shared socket, whichever process woke first took
-every connection waiting, and 32 connections opened at once were seen split
-6 and 26. A process that dies loses the connections waiting in its own
-socket's queue, not yet accepted (their clients see a reset). What a
+evenly over them (on one shared socket, whichever process woke first took
+every connection waiting). A process that dies loses the connections waiting
+in its own socket's queue, not yet accepted (their clients see a reset). What a
 process would otherwise keep for itself is shared: rate limits and stream
 slots live in the store, the per-address connection cap is split evenly, and
 ``/metrics`` adds up every process's counters (prometheus-client's
