@@ -36,9 +36,11 @@ TURNS_PER_TICKET = 8
 # deliveries wait (delivery tasks index more: a batch per turn they served).
 SWEEP_INDEX_OVERDUE = 100
 # A turn is carried a batch divided by this at a time (a step); between two
-# steps it looks for another project waiting: smaller steps let a waiting
-# project in sooner, at some cost to a lone backlog's drain rate (bench: fairness).
-STEPS_PER_BATCH = 20
+# steps it looks for another project waiting. Smaller steps let a waiting
+# project in sooner; larger ones spend fewer store round trips per delivery, so
+# a busy project's worker keeps up with its admissions on fewer cores (bench:
+# fairness, stack, delivery).
+STEPS_PER_BATCH = 10
 
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
@@ -76,7 +78,7 @@ def deliver(transport: str, lane: str = "") -> str:
     """A ticket: turns on this transport's queue (on a lane, the lane's).
 
     Serves the project whose turn it is (round robin over the projects with
-    ready deliveries): up to one batch, taken and carried a twentieth of a batch at
+    ready deliveries): up to one batch, taken and carried a tenth of a batch at
     a time, and only while no other project waits on the queue. Then the ticket
     goes on to the next project, if another waits, for a few turns at most.
     Leases what is free, carries it, records outcomes; then, while no
@@ -133,7 +135,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     the tickets of its other batches).
     """
     transport = carrier.kind
-    # A project is served a twentieth of a batch at a time (the transport's parallel
+    # A project is served a tenth of a batch at a time (the transport's parallel
     # deliveries at least); between two, a look at the ring: another project
     # waiting ends the turn, so none waits behind more than one such step.
     step = max(carrier.parallel, carrier.batch_size // STEPS_PER_BATCH, 1)
