@@ -16,7 +16,7 @@ from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, Leased, now_ms
 from messaging.store.names import expire_names
-from messaging.store.searchindex import queue_for_index, queued_projects
+from messaging.store.searchindex import queued_projects
 from messaging.transports import policy
 from messaging.transports.base import Transport
 from workers.app import app
@@ -153,16 +153,19 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
             store().ring_drop(queue, project_id)
             publisher().rehome(project_id, transport, taken.moved_to)
             break
+        leased: list[Leased] = []
         if taken.delivery_ids:
             more, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
                                                                    taken.delivery_ids)
-            if leased:
-                index_later(project_id, leased)
             counts += more
             done += len(taken.delivery_ids)
-        if not taken.left or done >= carrier.batch_size:
+        goes_on = taken.left > 0 and done < carrier.batch_size
+        # The step's messages go on the search queue, after their outcomes, in the
+        # same round trip as the look at the ring that decides whether to go on.
+        in_ring = after_step(project_id, leased, queue if goes_on and waiting <= 1 else None)
+        if not goes_on:
             break
-        if waiting > 1 or store().ring_size(queue) > 1:
+        if waiting > 1 or in_ring > 1:
             gave_way = True
             break
     if taken.moved_to is None and not taken.left and store().ring_leave(queue, project_id,
@@ -175,20 +178,27 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     return (summary(transport, project_id, counts) if done else None), gave_way, unticketed
 
 
-def index_later(project_id: str, leased: list[Leased]) -> None:
+def after_step(project_id: str, leased: list[Leased], ring: str | None) -> int:
     """Queue dispatched messages for the search index, for their senders and these
-    recipients (``workers.indexer`` writes it when no delivery waits).
+    recipients (``workers.indexer`` writes it when no delivery waits), and, given
+    a queue, count the projects in its ring: one round trip.
 
-    After the outcome is recorded, so search never delays a delivery; a failure
-    here is logged and leaves the delivery as recorded.
+    After the outcomes are recorded, so search never delays a delivery; a failure
+    to queue is logged and leaves the deliveries as recorded.
     """
+    error = None
     try:
-        queue_for_index(store().client, project_id,
-                        [(lease.message_id, lease.agent_id, lease.sender_id) for lease in leased],
-                        now_ms())
+        in_ring, error = store().after_step(
+            project_id, [(lease.message_id, lease.agent_id, lease.sender_id) for lease in leased],
+            now_ms(), ring)
     except redis.RedisError as exc:
+        if ring is not None:
+            raise
+        in_ring, error = 0, exc
+    if error is not None:
         log.warning("search index of %s not updated: %s",
-                    sorted({lease.message_id for lease in leased}), exc)
+                    sorted({lease.message_id for lease in leased}), error)
+    return in_ring
 
 
 def index_after(queues: list[str], overdue_budget: int,

@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from messaging.store import connect, keys
+from messaging.store import connect, keys, searchindex
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.timefmt import now_us
@@ -229,6 +229,33 @@ class DeliveryStore:
     def ring_size(self, queue: str) -> int:
         """How many projects have ready deliveries on a queue."""
         return int(self.client.zcard(keys.ring(queue)))
+
+    def after_step(self, project_id: str, dispatched: list[tuple[str, str, str]], at_ms: int,
+                   ring: str | None) -> tuple[int, Exception | None]:
+        """What a worker does between two steps of a turn, in one round trip: queue the
+        step's dispatched (message, recipient, sender) for search (``searchindex``)
+        and, given a queue, count the projects in its ring.
+
+        Returns the ring's size (0 when not asked) and the error queueing met (None
+        when it went through): a search queue that could not be written leaves the
+        deliveries as recorded.
+
+        Raises:
+            redis.RedisError: the store could not be reached, or could not count.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        queued = searchindex.queue_on(pipe, project_id, dispatched, at_ms)
+        if ring is not None:
+            pipe.zcard(keys.ring(ring))
+        if not queued and ring is None:
+            return 0, None
+        replies = pipe.execute(raise_on_error=False)
+        error = next((r for r in replies[:queued] if isinstance(r, Exception)), None)
+        if ring is None:
+            return 0, error
+        if isinstance(replies[-1], Exception):
+            raise replies[-1]
+        return int(replies[-1]), error
 
     def ring_others(self, queue: str, project_id: str) -> int:
         """How many projects other than this one have ready deliveries on a queue."""

@@ -168,3 +168,44 @@ def test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed(
 
     quiet.start_worker()
     wait_until(lambda: subjects(carol, "late") == ["Late"], what="the sweeper indexed it")
+
+
+def test_a_step_queues_its_messages_for_search_and_counts_the_ring_together(
+        quiet: Stack, store: DeliveryStore):
+    project = new_project(quiet)
+    alice, bob = agent(project, "Alice"), agent(project, "Bob")
+    entry = sent(alice, bob, "Step")  # no worker: Alice's mail waits on the shared queue
+    queue = keys.search_queue(project.project_id)
+
+    assert store.after_step(project.project_id, [], now_ms(), None) == (0, None)
+    in_ring, error = store.after_step(project.project_id, [entry], now_ms(), "deliver.inbox")
+    assert (in_ring, error) == (store.ring_size("deliver.inbox"), None) and in_ring >= 1
+    assert store.client.llen(queue) == 1
+    assert project.project_id in store.client.smembers(keys.SEARCH_PENDING)
+
+    # A search queue the store refuses to write: the ring is still counted, the
+    # refusal is answered beside it, not raised.
+    store.client.delete(queue)
+    store.client.set(queue, "not a list")
+    in_ring, error = store.after_step(project.project_id, [entry], now_ms(), "deliver.inbox")
+    assert in_ring == store.ring_size("deliver.inbox") and "WRONGTYPE" in str(error)
+    assert store.after_step(project.project_id, [entry], now_ms(), None)[0] == 0
+
+
+@pytest.mark.slow
+def test_mail_is_delivered_while_its_search_queue_cannot_be_written(
+        quiet: Stack, store: DeliveryStore):
+    project = new_project(quiet)
+    alice, bob = agent(project, "Alice"), agent(project, "Bob")
+    store.client.set(keys.search_queue(project.project_id), "not a list")
+    answers = [alice.api.send("Bob", f"Mail {i}", "About it.") for i in range(12)]
+
+    worker = quiet.start_worker(beat=False)
+    wait_until(lambda: len(bob.api.inbox()["messages"]) == 12, what="all twelve in Bob's inbox")
+    assert {m["id"] for m in bob.api.inbox()["messages"]} == {a["id"] for a in answers}
+    for answer in answers:
+        [observation] = answer["delivery"]["observations"]
+        assert alice.api.delivery(observation["delivery_id"])["outcome"] == "accepted"
+    wait_until(lambda: "search index of" in worker.log.read_text(errors="replace"),
+               what="the worker's warning")
+    assert "WRONGTYPE" in worker.log.read_text(errors="replace")
