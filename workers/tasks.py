@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 
 import redis
@@ -41,6 +42,13 @@ SWEEP_INDEX_OVERDUE = 100
 # a busy project's worker keeps up with its admissions on fewer cores (bench:
 # fairness, stack, delivery).
 STEPS_PER_BATCH = 10
+# A step that empties a lone project's ready set holds its turn open: the worker
+# pauses this long and takes again, and mail made ready meanwhile rides on the
+# turn instead of asking for a ticket (a Celery task) of its own.
+HOLD_PAUSE_S = 0.003
+# How long the store keeps a held turn open if its worker never takes again (it
+# died): after that, new mail asks for tickets again.
+HOLD_MS = 100
 
 _store: tuple[int, DeliveryStore] | None = None
 _publisher: tuple[int, Publisher] | None = None
@@ -79,7 +87,9 @@ def deliver(transport: str, lane: str = "") -> str:
 
     Serves the project whose turn it is (round robin over the projects with
     ready deliveries): up to one batch, taken and carried a tenth of a batch at
-    a time, and only while no other project waits on the queue. Then the ticket
+    a time, and only while no other project waits on the queue; a step that
+    empties the ready set of a project alone holds the turn open for the mail
+    that comes in the next few milliseconds. Then the ticket
     goes on to the next project, if another waits, for a few turns at most.
     Leases what is free, carries it, records outcomes; then, while no
     delivery waits, indexes for search what was dispatched (``workers.indexer``).
@@ -143,9 +153,16 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     done = 0
     gave_way = False
     newest_at_start = -1  # the newest ready score the turn's first take left
+    in_ring = waiting
+    held = False  # the last take emptied the ready set and holds the turn open
     while True:
+        alone = waiting <= 1 and in_ring <= 1
+        if held and alone:
+            time.sleep(HOLD_PAUSE_S)
+        # Held only while the turn can go on after the take; the next take closes it.
+        hold_ms = HOLD_MS if alone and done + step < carrier.batch_size else 0
         taken = store().take_ready(project_id, transport, lane,
-                                   min(step, carrier.batch_size - done))
+                                   min(step, carrier.batch_size - done), hold_ms)
         if newest_at_start < 0:
             newest_at_start = taken.newest
         if taken.moved_to is not None:
@@ -159,12 +176,15 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
                                                                    taken.delivery_ids)
             counts += more
             done += len(taken.delivery_ids)
-        goes_on = taken.left > 0 and done < carrier.batch_size
+        held = taken.held_open
+        goes_on = (taken.left > 0 or held) and done < carrier.batch_size
         # The step's messages go on the search queue, after their outcomes, in the
         # same round trip as the look at the ring that decides whether to go on.
         in_ring = after_step(project_id, leased, queue if goes_on and waiting <= 1 else None)
         if not goes_on:
             break
+        if held:
+            continue  # after a pause if still alone, at once if another project waits
         if waiting > 1 or in_ring > 1:
             gave_way = True
             break

@@ -4,7 +4,9 @@ Fairness: a delivery is not carried by its task. It joins its project's ready
 set for its transport (``make_ready``), the project joins the ring of the
 queue it is served on (its lane's, or the shared one), and anonymous tickets
 (``courier.deliver(transport, lane)``) are published, one per batch of a
-project's ready set (what joins a partly filled batch rides on its ticket). A worker
+project's ready set (what joins a partly filled batch rides on its ticket, and
+what joins while a worker holds the project's turn open rides on that turn:
+the store counts the held turn as one ready delivery). A worker
 taking any ticket serves the next project of the ring, round robin, one batch:
 a project's backlog of thousands holds up another project's new mail by one
 batch per worker, not by the backlog.

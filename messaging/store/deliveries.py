@@ -60,6 +60,7 @@ class Taken:
     left: int  # ready deliveries of the transport still waiting
     moved_to: str | None = None  # the project's lane, when it is no longer this queue's
     newest: int = 0  # the newest ready score left (the project's sequence; 0: none)
+    held_open: bool = False  # it emptied the ready set and holds the turn open for new mail
 
 
 @dataclass(frozen=True)
@@ -191,21 +192,31 @@ class DeliveryStore:
 
     def make_ready(self, project_id: str, transport: str,
                    delivery_ids: list[str]) -> tuple[int, str, int]:
-        """Add deliveries to the project's ready set: (how many were new, its lane, ready count)."""
+        """Add deliveries to the project's ready set: (how many were new, its lane, ready
+        count, a turn a worker holds open counting as one: see ``take_ready``)."""
         added, lane, count = self.scripts["make_ready"](
             keys=[keys.project(project_id), keys.ready(project_id, transport),
-                  keys.seq(project_id)],
+                  keys.seq(project_id), keys.open_turn(project_id, transport)],
             args=delivery_ids)
         return int(added), str(lane), int(count)
 
-    def take_ready(self, project_id: str, transport: str, lane: str, count: int) -> Taken:
-        """Take up to ``count`` of the project's oldest ready deliveries, if it is on ``lane``."""
+    def take_ready(self, project_id: str, transport: str, lane: str, count: int,
+                   hold_ms: int = 0) -> Taken:
+        """Take up to ``count`` of the project's oldest ready deliveries, if it is on ``lane``.
+
+        Given ``hold_ms``, a take that empties the ready set holds the turn open
+        that long (``Taken.held_open``): mail made ready meanwhile asks for no
+        ticket, so the caller must take again before it leaves. Any take closes
+        what an earlier one held open.
+        """
         raw = self.scripts["take_ready"](
-            keys=[keys.project(project_id), keys.ready(project_id, transport)],
-            args=[lane, str(count)])
+            keys=[keys.project(project_id), keys.ready(project_id, transport),
+                  keys.open_turn(project_id, transport)],
+            args=[lane, str(count), str(hold_ms)])
         if int(raw[0]) == 0:
             return Taken([], 0, str(raw[1]))
-        return Taken([str(d) for d in raw[3:]], int(raw[1]), newest=int(float(raw[2])))
+        return Taken([str(d) for d in raw[4:]], int(raw[1]), newest=int(float(raw[2])),
+                     held_open=int(raw[3]) == 1)
 
     def ready_count(self, project_id: str, transport: str) -> int:
         """How many of the project's deliveries of one transport wait for a turn."""

@@ -294,6 +294,12 @@ def ready(project_id: str, transport: str) -> str:
     return f"{_p(project_id)}:ready:{transport}"
 
 
+def open_turn(project_id: str, transport: str) -> str:
+    """Present while a worker's turn at the project holds its emptied ready set open
+    for new mail (milliseconds, ``take_ready.lua``): what joins rides on that turn."""
+    return f"{_p(project_id)}:turn:{transport}"
+
+
 def search_postings(project_id: str, term: str) -> str:
     """The project's messages that carry one search term."""
     return f"{_p(project_id)}:sx:project:{term}"

@@ -323,7 +323,8 @@ class Store:
         """Run the admission script; returns its decoded answer.
 
         Deliveries over a transport of ``ready_kinds`` join their ready sets in
-        the same script; the answer's ``ready`` says how many per transport, and
+        the same script; the answer's ``ready`` says how many per transport (and
+        how many are ready with them: a turn a worker holds open counts as one), and
         ``lane`` the queues they are served on. ``message_json`` comes without its
         sender fields (``schema.without_sender``): the script writes them, and the
         answer's ``sender`` holds them.
@@ -345,7 +346,8 @@ class Store:
             keys.allowed_names(project_id),
             keys.held(project_id),
             keys.project(project_id),
-            *(keys.ready(project_id, kind) for kind in ready_kinds),
+            *(key for kind in ready_kinds
+              for key in (keys.ready(project_id, kind), keys.open_turn(project_id, kind))),
             *per_recipient,
             keys.search_queue(project_id),
             keys.retention(project_id),
@@ -440,7 +442,7 @@ class Store:
         ready count); see ``DeliveryStore.make_ready``."""
         added, lane, count = await self.scripts["make_ready"](
             keys=[keys.project(project_id), keys.ready(project_id, transport),
-                  keys.seq(project_id)],
+                  keys.seq(project_id), keys.open_turn(project_id, transport)],
             args=delivery_ids)
         return int(added), str(lane), int(count)
 

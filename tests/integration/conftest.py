@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,13 +72,22 @@ class Agent:
         return str(self.row["label"])
 
 
-@pytest.fixture
-def project(stack: Stack) -> Iterator[Project]:
-    """A new project: tests never see each other's agents or mail."""
+@contextmanager
+def open_project(stack: Stack) -> Iterator[Project]:
+    """A fresh project of ``stack``; its clients are closed on exit."""
     key = f"/srv/checkouts/{uuid.uuid4().hex}"
     with stack.operator() as op:
         p = op.create_project(key)
     proj = Project(stack, p["project_id"], key, p["token"])
-    yield proj
-    for c in proj.clients:
-        c.close()
+    try:
+        yield proj
+    finally:
+        for c in proj.clients:
+            c.close()
+
+
+@pytest.fixture
+def project(stack: Stack) -> Iterator[Project]:
+    """A new project: tests never see each other's agents or mail."""
+    with open_project(stack) as proj:
+        yield proj

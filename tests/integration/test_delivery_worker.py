@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from messaging.runtime.publish import RIDE_S, Publisher
 from messaging.service.sending import WARN_BROKER, WARN_UNCONFIRMED
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
-from tests.integration.conftest import Agent, Project
+from tests.integration.conftest import Agent, Project, open_project
 from tests.stack import Proc, Stack, free_port, make_stack, wait_until
 
 STAGES = ["admitted", "target_selected", "dispatch_started", "provider_result_recorded",
@@ -47,20 +46,6 @@ OUTCOME_COUNT = re.compile(r"(?:accepted|rejected|failed|unknown|retry|lease_los
 
 
 # helpers
-
-
-@contextmanager
-def open_project(stack: Stack) -> Iterator[Project]:
-    """A fresh project of ``stack``; its clients are closed on exit."""
-    key = f"/srv/checkouts/{uuid.uuid4().hex}"
-    with stack.operator() as op:
-        p = op.create_project(key)
-    proj = Project(stack, p["project_id"], key, p["token"])
-    try:
-        yield proj
-    finally:
-        for c in proj.clients:
-            c.close()
 
 
 @contextmanager

@@ -13,8 +13,9 @@
 -- KEYS[9]  allowed  hash   authorized names -> JSON {expires_ms}
 -- KEYS[10] held     zset   held delivery ids by admission sequence
 -- KEYS[11] project  hash   the project (its `lane` field)
--- KEYS[12..11+k]  the ready zset of each transport named in ARGV ready_kinds
--- KEYS[12+k..] two per recipient string, in order: a dlv hash (used in order
+-- KEYS[12..11+2k]  two per transport named in ARGV ready_kinds, in order: its
+--            ready zset and its open-turn string (take_ready.lua)
+-- KEYS[12+2k..] two per recipient string, in order: a dlv hash (used in order
 --            for each distinct target) and the waiting zset of the string as a
 --            name (delivery ids by admission sequence, used when it is pending)
 -- KEYS[#KEYS-1]  search_queue  list  messages waiting to be indexed for search
@@ -45,7 +46,8 @@
 --
 -- Returns a JSON string, one of:
 --   {"status":"ok","policy":p,"observations":[..],"created_us":n,
---    "lane":the project's lane, "ready":{kind: [added, ready count]},
+--    "lane":the project's lane, "ready":{kind: [added, ready count]} (a turn
+--    a worker holds open counts as one delivery ready, ahead of these),
 --    "sender":the sender fields' JSON object, as stored}
 --   {"status":"replay","message_id":id,"observations":[..]}
 --   {"status":"conflict"}
@@ -70,13 +72,14 @@ local rest = ARGV[2]
 local a = cjson.decode(args_json)
 local search_queue_key = KEYS[#KEYS - 1]
 local retention_key = KEYS[#KEYS]
-local ready_key = {}
+local ready_key, turn_key = {}, {}
 for i, kind in ipairs(a.ready_kinds) do
-  ready_key[kind] = KEYS[11 + i]
+  ready_key[kind] = KEYS[10 + 2 * i]
+  turn_key[kind] = KEYS[11 + 2 * i]
 end
 -- Recipient string i's pair of keys: a dlv hash (used in order by the
 -- targets) and the name's waiting zset.
-local fixed = 11 + #a.ready_kinds
+local fixed = 11 + 2 * #a.ready_kinds
 local recipient_keys = key_groups(KEYS, fixed + 1, #a.recipients, {"dlv", "waiting"})
 
 if a.idem_fp ~= "" then
@@ -239,7 +242,7 @@ end
 
 local ready = {}
 for kind, n in pairs(added) do
-  ready[kind] = {n, redis.call("ZCARD", ready_key[kind])}
+  ready[kind] = {n, ready_count(ready_key[kind], turn_key[kind])}
 end
 return cjson.encode({status = "ok", policy = policy, observations = observations,
   created_us = now, lane = redis.call("HGET", project_key, "lane") or "", ready = ready,

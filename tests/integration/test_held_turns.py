@@ -1,0 +1,132 @@
+"""A worker's turn held open: new mail rides on it instead of asking for a ticket.
+
+A take that empties a lone project's ready set may hold the turn open
+(``take_ready.lua``); while it is held, admission and ``make_ready`` count it
+as one delivery ready ahead of theirs, so the publisher neither puts the
+project in its ring again nor publishes a ticket for it. A stack with no
+worker: the test takes from the ready set as a worker's turn does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from messaging.runtime.celeryconf import queue_for
+from messaging.store import keys
+from messaging.store.deliveries import DeliveryStore
+from tests.integration.conftest import Agent, Project, open_project
+from tests.stack import Stack, make_stack, wait_until
+
+HELD_MS = 60_000  # held past the test's end unless a take closes it
+INBOX = queue_for("inbox")
+
+
+@pytest.fixture
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Store and API, no worker: what is sent waits in its ready set."""
+    s = make_stack(tmp_path_factory.mktemp("held"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def store(quiet: Stack) -> Iterator[DeliveryStore]:
+    s = DeliveryStore.from_url(quiet.store.url)
+    try:
+        yield s
+    finally:
+        s.client.close()
+
+
+@pytest.fixture
+def project(quiet: Stack) -> Iterator[Project]:
+    with open_project(quiet) as made:
+        yield made
+
+
+def sent(alice: Agent, n: int) -> list[str]:
+    """The delivery ids of ``n`` sends from ``alice`` to Bob."""
+    return [alice.api.send(["Bob"], f"m{i}", "x")["delivery"]["observations"][0]["delivery_id"]
+            for i in range(n)]
+
+
+def pair(project: Project) -> Agent:
+    """Alice and Bob in ``project``: Alice, who sends."""
+    project.agent("Bob")
+    return project.agent("Alice")
+
+
+def in_ring(store: DeliveryStore, project_id: str) -> bool:
+    return store.client.zscore(keys.ring(INBOX), project_id) is not None
+
+
+def test_a_take_that_empties_the_ready_set_holds_the_turn_until_the_next_take(
+        project: Project, store: DeliveryStore):
+    first, second = sent(pair(project), 2)
+
+    taken = store.take_ready(project.project_id, "inbox", "", 10, HELD_MS)
+    assert (taken.delivery_ids, taken.left, taken.held_open) == ([first, second], 0, True)
+    # Made ready again while the turn is held: the turn counts as one ahead of it.
+    assert store.make_ready(project.project_id, "inbox", [first]) == (1, "", 2)
+
+    taken = store.take_ready(project.project_id, "inbox", "", 10)
+    assert (taken.delivery_ids, taken.left, taken.held_open) == ([first], 0, False)
+    assert store.make_ready(project.project_id, "inbox", [second]) == (1, "", 1)
+
+
+def test_a_take_that_finds_nothing_or_leaves_mail_holds_nothing(
+        project: Project, store: DeliveryStore):
+    alice = pair(project)
+    assert not store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
+    ids = sent(alice, 3)
+
+    taken = store.take_ready(project.project_id, "inbox", "", 1, HELD_MS)
+    assert (taken.delivery_ids, taken.left, taken.held_open) == (ids[:1], 2, False)
+    assert not store.client.exists(keys.open_turn(project.project_id, "inbox"))
+
+
+def test_a_held_turn_whose_worker_never_takes_again_lapses(
+        project: Project, store: DeliveryStore):
+    [only] = sent(pair(project), 1)
+    assert store.take_ready(project.project_id, "inbox", "", 10, 50).held_open
+    wait_until(lambda: not store.client.exists(keys.open_turn(project.project_id, "inbox")),
+               timeout_s=5, what="the held turn lapsed")
+    assert store.make_ready(project.project_id, "inbox", [only]) == (1, "", 1)
+
+
+def test_a_take_for_a_lane_the_project_left_closes_its_held_turn(
+        quiet: Stack, project: Project, store: DeliveryStore):
+    sent(pair(project), 1)
+    assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
+    with quiet.operator() as op:
+        op.set_lane(project.project_id, "own")
+    assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).moved_to == "own"
+    assert not store.client.exists(keys.open_turn(project.project_id, "inbox"))
+
+
+def test_a_send_while_the_turn_is_held_rides_on_it(
+        quiet: Stack, project: Project, store: DeliveryStore):
+    # Out of the ring by hand: a send that found no turn held would put the
+    # project back (and publish a ticket); one that rides on the turn does neither.
+    alice = pair(project)
+    sent(alice, 1)
+    assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
+    store.client.zrem(keys.ring(INBOX), project.project_id)
+    with open_project(quiet) as witness:
+        carol = pair(witness)
+        sent(alice, 1)
+        # One API process publishes in order: once the witness's send put its
+        # project in the ring, the first send's was decided.
+        sent(carol, 1)
+        wait_until(lambda: in_ring(store, witness.project_id), what="the witness in the ring")
+        assert not in_ring(store, project.project_id)
+
+        # The next take closes the turn; a send after it asks for the ring again.
+        taken = store.take_ready(project.project_id, "inbox", "", 10)
+        assert (len(taken.delivery_ids), taken.held_open) == (1, False)
+        sent(alice, 1)
+        wait_until(lambda: in_ring(store, project.project_id), what="the project in the ring")
