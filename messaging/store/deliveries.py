@@ -288,10 +288,15 @@ class DeliveryStore:
         """Take a project whose ready set looked empty out of a queue's ring.
 
         Checks again after leaving: deliveries made ready meanwhile put it back,
-        and True says so (its ticket may have been spent on an empty ring).
+        and True says so (its ticket may have been spent on an empty ring). So
+        does a turn another worker holds open (``take_ready``): what joins while
+        it is held does not put the project in the ring itself.
         """
         self.ring_drop(queue, project_id)
-        if self.ready_count(project_id, transport) == 0:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(keys.ready(project_id, transport))
+        pipe.exists(keys.open_turn(project_id, transport))
+        if not any(pipe.execute()):
             return False
         self.ring_join(queue, project_id)
         return True

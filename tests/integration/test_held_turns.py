@@ -108,6 +108,21 @@ def test_a_take_for_a_lane_the_project_left_closes_its_held_turn(
     assert not store.client.exists(keys.open_turn(project.project_id, "inbox"))
 
 
+def test_a_worker_leaving_the_ring_while_another_holds_the_turn_leaves_it_in(
+        project: Project, store: DeliveryStore):
+    # Two workers' turns at one project: one found the ready set empty and
+    # leaves the ring while the other holds the turn open. Mail that rides on
+    # the held turn joins no ring itself, so the project must stay in it.
+    sent(pair(project), 1)
+    assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
+    assert store.ring_leave(INBOX, project.project_id, "inbox")
+    assert in_ring(store, project.project_id)
+
+    assert not store.take_ready(project.project_id, "inbox", "", 10).held_open
+    assert not store.ring_leave(INBOX, project.project_id, "inbox")
+    assert not in_ring(store, project.project_id)
+
+
 def test_a_send_while_the_turn_is_held_rides_on_it(
         quiet: Stack, project: Project, store: DeliveryStore):
     # Out of the ring by hand: a send that found no turn held would put the
