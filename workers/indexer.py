@@ -1,8 +1,9 @@
 """Search indexing after dispatch, when it holds up no delivery.
 
 A worker that dispatched deliveries puts their messages on their project's
-search queue (``queue_for_index``, one round trip); the index is written here,
-from the head of each queue, a few messages per script call:
+search queue (``DeliveryStore.after_step``, in the round trip that looks at the
+ring between two steps); the index is written here, from the head of each
+queue, a few messages per script call:
 
 - at the end of every delivery task, for every project with a queue, while no
   project waits on the shared delivery queues or on the task's own (lane)

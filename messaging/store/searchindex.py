@@ -101,18 +101,12 @@ def index_messages(client: SyncClient, scripts: Scripts, project_id: str,
     return found
 
 
-def queue_for_index(client: SyncClient, project_id: str,
-                    dispatched: Iterable[tuple[str, str, str]], at_ms: int) -> None:
-    """Put (message id, recipient id, sender id) of dispatched deliveries on the
-    project's search queue, and the project among those with a queue."""
-    pipe = client.pipeline(transaction=False)
-    if queue_on(pipe, project_id, dispatched, at_ms):
-        pipe.execute()
-
-
 def queue_on(pipe: Any, project_id: str, dispatched: Iterable[tuple[str, str, str]],
              at_ms: int) -> int:
-    """``queue_for_index`` as commands added to a pipeline; how many (0: nothing to queue)."""
+    """Put (message id, recipient id, sender id) of dispatched deliveries on the
+    project's search queue, and the project among those with a queue, as commands
+    added to a pipeline (``DeliveryStore.after_step`` sends them); how many (0:
+    nothing to queue)."""
     entries = [f"{at_ms} {message_id} {agent_id} {sender_id}"
                for message_id, agent_id, sender_id in dispatched]
     if not entries:

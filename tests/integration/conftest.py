@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from messaging.client import CourierClient
-from tests.stack import Stack, served_stack
+from messaging.store.deliveries import DeliveryStore
+from tests.stack import Stack, make_stack, served_stack
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +71,27 @@ class Agent:
     @property
     def label(self) -> str:
         return str(self.row["label"])
+
+
+@pytest.fixture
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack of the test's own with the store and the API and no worker: what is
+    sent waits in its ready set."""
+    s = make_stack(tmp_path_factory.mktemp("quiet"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def store(quiet: Stack) -> Iterator[DeliveryStore]:
+    """The workers' side of ``quiet``'s store, as a test that takes as a worker does."""
+    s = DeliveryStore.from_url(quiet.store.url)
+    try:
+        yield s
+    finally:
+        s.client.close()
 
 
 @contextmanager

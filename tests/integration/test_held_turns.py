@@ -17,29 +17,10 @@ from messaging.runtime.celeryconf import queue_for
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore
 from tests.integration.conftest import Agent, Project, open_project
-from tests.stack import Stack, make_stack, wait_until
+from tests.stack import Stack, wait_until
 
 HELD_MS = 60_000  # held past the test's end unless a take closes it
 INBOX = queue_for("inbox")
-
-
-@pytest.fixture
-def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Store and API, no worker: what is sent waits in its ready set."""
-    s = make_stack(tmp_path_factory.mktemp("held"))
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def store(quiet: Stack) -> Iterator[DeliveryStore]:
-    s = DeliveryStore.from_url(quiet.store.url)
-    try:
-        yield s
-    finally:
-        s.client.close()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """When search indexing runs: after dispatch, and only while no delivery waits.
 
-A stack with no delivery worker, so that mail sent on the shared queue waits
-there, and the indexer (``workers.indexer``) called directly on the real store;
+A stack with no delivery worker (``quiet``), so that mail sent on the shared
+queue waits there, and the indexer (``workers.indexer``) called directly on the real store;
 the last test starts a worker with its sweeper.
 """
 
@@ -19,9 +19,9 @@ from messaging.client import CourierClient
 from messaging.runtime.celeryconf import delivery_queues
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, now_ms
-from messaging.store.searchindex import index_queued, queue_for_index
+from messaging.store.searchindex import index_queued
 from tests.integration.conftest import Agent, Project
-from tests.stack import Stack, make_stack, wait_until
+from tests.stack import Stack, wait_until
 from workers.indexer import index_pending
 
 LAG_MAX_S = 60.0
@@ -32,25 +32,12 @@ PARKED = "parked"  # a lane no worker serves
 MADE: list[CourierClient] = []
 
 
-@pytest.fixture
-def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Store and API, no worker: what is sent waits on its queue."""
-    s = make_stack(tmp_path_factory.mktemp("indexing"))
-    try:
-        yield s
-    finally:
-        while MADE:
-            MADE.pop().close()
-        s.stop()
-
-
-@pytest.fixture
-def store(quiet: Stack) -> Iterator[DeliveryStore]:
-    s = DeliveryStore.from_url(quiet.store.url)
-    try:
-        yield s
-    finally:
-        s.client.close()
+@pytest.fixture(autouse=True)
+def _close_made() -> Iterator[None]:
+    """The clients a test made are closed after it."""
+    yield
+    while MADE:
+        MADE.pop().close()
 
 
 def new_project(stack: Stack) -> Project:
@@ -96,7 +83,7 @@ def test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue(
         quiet: Stack, store: DeliveryStore):
     project = new_project(quiet)
     alice, bob = agent(project, "Alice"), agent(project, "Bob")
-    queue_for_index(store.client, project.project_id, [sent(alice, bob, "Alpha")], now_ms())
+    store.after_step(project.project_id, [sent(alice, bob, "Alpha")], now_ms(), None)
     assert store.ring_size("deliver.inbox") >= 1  # no worker: Alice's mail waits there
 
     assert index(store) == 0
@@ -111,7 +98,7 @@ def test_entries_older_than_the_lag_are_indexed_up_to_the_budget_even_then(
     project = new_project(quiet)
     alice, bob = agent(project, "Alice"), agent(project, "Bob")
     entries = [sent(alice, bob, subject) for subject in ("Red", "Green", "Blue")]
-    queue_for_index(store.client, project.project_id, entries, now_ms() - 2_000)
+    store.after_step(project.project_id, entries, now_ms() - 2_000, None)
 
     assert index(store, lag_max_s=1.0, overdue_budget=2) == 2
     assert subjects(alice, "about") == ["Green", "Red"]
@@ -128,7 +115,7 @@ def test_a_project_whose_own_mail_waits_is_left_while_others_are_indexed(
     carol, dave = agent(calm, "Carol"), agent(calm, "Dave", inbound="hold")
     with quiet.operator() as op:
         op.set_lane(busy.project_id, PARKED)  # its mail waits, but not on the shared queue
-    queue_for_index(store.client, busy.project_id, [sent(alice, bob, "Busy")], now_ms())
+    store.after_step(busy.project_id, [sent(alice, bob, "Busy")], now_ms(), None)
     # Held mail is not waiting for a worker (the calm project has none), and admission
     # queued it for its sender's search.
     sent(carol, dave, "Calm")

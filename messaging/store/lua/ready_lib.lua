@@ -1,9 +1,8 @@
 -- ready_lib: a delivery joining its project's ready set for one transport, the
 -- set that workers take from (oldest first) when the project's turn comes, and
 -- what the set counts; shared by make_ready and admit_message (prepended;
--- functions only). Scores
--- come from the project's sequence, so deliveries are taken in the order they
--- became ready, never by their ids.
+-- functions only). Scores come from the project's sequence, so deliveries are
+-- taken in the order they became ready, never by their ids.
 
 -- Add one delivery id to a ready zset, scored by the next project sequence;
 -- one already there keeps its place. Returns 1 when it was added, else 0.

@@ -50,8 +50,7 @@ from tests.integration.test_search import (
     test_the_project_token_searches_every_message,
 )
 from tests.integration.test_search_indexing import (
-    quiet,
-    store,
+    _close_made,
     test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue,
     test_the_sweeper_indexes_a_queue_that_the_list_of_queues_missed,
 )
@@ -63,12 +62,11 @@ pytestmark = pytest.mark.slow
 
 # Imported to run here: pytest collects tests and fixtures by name from this module.
 __all__ = [
+    "_close_made",
     "limited",
     "listeners",
     "mail",
     "own_stack",
-    "quiet",
-    "store",
     "test_100_recipients_in_all_are_admitted",
     "test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream",
     "test_a_duplicate_delivery_task_changes_nothing",
