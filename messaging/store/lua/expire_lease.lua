@@ -45,10 +45,12 @@ local outcome, err = "unknown", error_sent
 if handed_off_fence ~= fence then
   outcome, err = "failed", error_not_sent
 end
-redis.call("HSET", dlv, "fence", tonumber(fence) + 1)
-stage = close_attempt(dlv, attempts_json, stage, outcome, err, now_us)
-settle_outcome({due = due_key, stats = stats_key, events = events_key,
+local counts = new_counts()
+stage = close_attempt(dlv, attempts_json, stage, outcome, err, now_us, false,
+  {"fence", tonumber(fence) + 1})
+settle_outcome({due = due_key, counts = counts, events = events_key,
   events_cap = events_cap, delivery_id = id, message_id = message_id, recipient = recipient,
   sender_id = sender_id, stage = stage, outcome = outcome, latency_bucket = latency_bucket,
   latency_ms = latency_ms, observed = false})
+add_counts(stats_key, counts)
 return outcome

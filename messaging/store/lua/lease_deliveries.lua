@@ -70,7 +70,7 @@ for i = 3, #KEYS do
   local dlv = dlv_keys[i]
   local d = redis.call("HMGET", dlv, "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
-    "sender_id", "round_base", "admitted_us", "held", "target")
+    "sender_id", "round_base", "admitted_us", "held", "target", "sweeps")
   local stage, lease, retry_at = d[1], tonumber(d[2] or "0"), tonumber(d[3] or "0")
   local free = false
   if d[15] == "1" or d[16] == "pending" then
@@ -98,18 +98,20 @@ for i = 3, #KEYS do
     local attempts = cjson.decode(d[7])
     local n = #attempts + 1
     attempts[n] = {n = n, started_us = now_us}
-    redis.call("HSET", dlv, "fence", fence, "lease_until_ms", lease_until,
-      "retry_at_ms", 0, "attempts", cjson.encode(attempts))
-    if stage == "admitted" or stage == "target_selected" then
-      redis.call("HSET", dlv, "stage", "dispatch_started")
-    end
     -- The stage times are the latest attempt's: its start now, its result when it
     -- is recorded (a redrive's earlier result stays in its attempt only).
-    redis.call("HSET", dlv, "dispatch_started_us", now_us)
-    if d[10] then
-      redis.call("HDEL", dlv, "provider_result_recorded_us")
+    local fields = {"fence", fence, "lease_until_ms", lease_until, "retry_at_ms", 0,
+      "attempts", cjson.encode(attempts), "dispatch_started_us", now_us}
+    if stage == "admitted" or stage == "target_selected" then
+      table.insert(fields, "stage")
+      table.insert(fields, "dispatch_started")
     end
-    redis.call("HDEL", dlv, "redrive", "sweeps")
+    redis.call("HSET", dlv, unpack(fields))
+    local gone = {}
+    if d[10] then table.insert(gone, "provider_result_recorded_us") end
+    if d[11] then table.insert(gone, "redrive") end
+    if d[17] then table.insert(gone, "sweeps") end
+    if #gone > 0 then redis.call("HDEL", dlv, unpack(gone)) end
     redis.call("ZADD", due_key, lease_until, d[8])
     for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
         d[14], agent_json(d[5])}) do

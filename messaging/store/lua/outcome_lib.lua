@@ -13,31 +13,63 @@ local function end_attempt(attempts_json, outcome, err, now_us)
   return cjson.encode(attempts)
 end
 
--- Close the delivery's last attempt with `outcome`, free its lease, and move a
--- `dispatch_started` delivery on to `provider_result_recorded`. Returns its
+-- Close the delivery's last attempt with `outcome` and free its lease, in one
+-- write: a `dispatch_started` delivery moves on to `provider_result_recorded`,
+-- and on to `delivery_observed` when `observe` (the recipient's side showed
+-- it); `more` (field, value, ...; may be nil) is written with it. Returns its
 -- stage after.
-local function close_attempt(dlv, attempts_json, stage, outcome, err, now_us)
-  redis.call("HSET", dlv, "outcome", outcome, "provider_result_recorded_us", now_us,
-    "lease_until_ms", 0, "attempts", end_attempt(attempts_json, outcome, err, now_us))
-  if stage == "dispatch_started" then
-    stage = "provider_result_recorded"
-    redis.call("HSET", dlv, "stage", stage)
+local function close_attempt(dlv, attempts_json, stage, outcome, err, now_us, observe, more)
+  local fields = {"outcome", outcome, "provider_result_recorded_us", now_us,
+    "lease_until_ms", 0, "attempts", end_attempt(attempts_json, outcome, err, now_us)}
+  local after = stage
+  if stage == "dispatch_started" then after = "provider_result_recorded" end
+  if observe and after ~= "delivery_observed" then
+    after = "delivery_observed"
+    table.insert(fields, "delivery_observed_us")
+    table.insert(fields, now_us)
   end
-  return stage
+  if after ~= stage then
+    table.insert(fields, "stage")
+    table.insert(fields, after)
+  end
+  for _, v in ipairs(more or {}) do table.insert(fields, v) end
+  redis.call("HSET", dlv, unpack(fields))
+  return after
+end
+
+-- Counters of one script call, added to the stats hash once at its end
+-- (`add_counts`): fields in the order first counted.
+local function new_counts()
+  return {order = {}, n = {}}
+end
+
+local function count(counts, field, n)
+  if counts.n[field] == nil then
+    table.insert(counts.order, field)
+    counts.n[field] = 0
+  end
+  counts.n[field] = counts.n[field] + n
+end
+
+local function add_counts(stats, counts)
+  for _, field in ipairs(counts.order) do
+    redis.call("HINCRBY", stats, field, counts.n[field])
+  end
 end
 
 -- After close_attempt: take the delivery off the due set, count its outcome and
--- dispatch latency (and an observation when o.observed), and tell its sender's
--- events stream. Idle notices come from `courier`, which has no stream to tell.
--- o: {due, stats, events, events_cap, delivery_id, message_id, recipient,
+-- dispatch latency (and an observation when o.observed) in o.counts, and tell
+-- its sender's events stream. Idle notices come from `courier`, which has no
+-- stream to tell.
+-- o: {due, counts, events, events_cap, delivery_id, message_id, recipient,
 -- sender_id, stage, outcome, latency_bucket, latency_ms, observed}
 local function settle_outcome(o)
   redis.call("ZREM", o.due, o.delivery_id)
-  redis.call("HINCRBY", o.stats, "outcome:" .. o.outcome, 1)
-  redis.call("HINCRBY", o.stats, o.latency_bucket, 1)
-  redis.call("HINCRBY", o.stats, "dispatch_ms_sum", o.latency_ms)
+  count(o.counts, "outcome:" .. o.outcome, 1)
+  count(o.counts, o.latency_bucket, 1)
+  count(o.counts, "dispatch_ms_sum", tonumber(o.latency_ms))
   if o.observed then
-    redis.call("HINCRBY", o.stats, "observed", 1)
+    count(o.counts, "observed", 1)
   end
   if o.sender_id ~= "courier" then
     redis.call("XADD", o.events, "MAXLEN", "~", o.events_cap, "*", "type", "delivery",

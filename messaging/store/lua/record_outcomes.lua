@@ -49,12 +49,16 @@ for p = 0, (#KEYS - 3) / 2 - 1 do
     signal = ARGV[a + 5], latency_bucket = ARGV[a + 6], latency_ms = ARGV[a + 7]}
 end
 
-local function endpoint_health(dlv, signal)
-  if signal == "" then return end
-  local id = redis.call("HGET", dlv, "agent_id")
-  local raw = redis.call("HGET", agents_key, id)
-  if not raw then return end
-  local agent = cjson.decode(raw)
+-- The recipient agent's record, read once per call.
+local agents = {}
+
+local function endpoint_health(id, signal)
+  if signal == "" or not id then return end
+  if agents[id] == nil then
+    agents[id] = redis.call("HGET", agents_key, id) or false
+  end
+  if not agents[id] then return end
+  local agent = cjson.decode(agents[id])
   local ep = agent.endpoint
   if type(ep) ~= "table" then ep = {failures = 0} end
   if signal == "ok" then
@@ -69,44 +73,45 @@ local function endpoint_health(dlv, signal)
     end
   end
   agent.endpoint = ep
-  redis.call("HSET", agents_key, id, cjson.encode(agent))
+  agents[id] = cjson.encode(agent)
+  redis.call("HSET", agents_key, id, agents[id])
 end
 
-local function record(r)
+local function record(r, counts)
   local dlv, kind, displayed = r.dlv, r.kind, r.displayed
   local fence, lease_until_ms, attempts_json, id, stage, message_id, recipient, sender_id,
-    seen_early = unpack(redis.call("HMGET", dlv, "fence", "lease_until_ms", "attempts", "id",
-      "stage", "message_id", "recipient", "sender_id", "seen_early"))
+    seen_early, agent_id = unpack(redis.call("HMGET", dlv, "fence", "lease_until_ms",
+      "attempts", "id", "stage", "message_id", "recipient", "sender_id", "seen_early",
+      "agent_id"))
   if fence ~= r.fence or not lease_until_ms or lease_until_ms == "0" then
     return 0
   end
-  endpoint_health(dlv, r.signal)
+  endpoint_health(agent_id, r.signal)
   if kind == "retry" then
-    redis.call("HINCRBY", stats_key, "retry", 1)
+    count(counts, "retry", 1)
     redis.call("HSET", dlv, "lease_until_ms", 0, "retry_at_ms", r.retry_at,
       "attempts", end_attempt(attempts_json, kind, r.err, now_us))
     redis.call("ZADD", due_key, r.retry_at, id)
     return 1
   end
-  stage = close_attempt(dlv, attempts_json, stage, kind, r.err, now_us)
   if seen_early then
     -- the recipient's side showed it before this outcome was recorded
     redis.call("HDEL", dlv, "seen_early")
     if kind == "accepted" then displayed = "1" end
   end
-  if displayed == "1" and kind == "accepted" and stage ~= "delivery_observed" then
-    stage = "delivery_observed"
-    redis.call("HSET", dlv, "stage", stage, "delivery_observed_us", now_us)
-  end
-  settle_outcome({due = due_key, stats = stats_key, events = r.events,
+  stage = close_attempt(dlv, attempts_json, stage, kind, r.err, now_us,
+    displayed == "1" and kind == "accepted")
+  settle_outcome({due = due_key, counts = counts, events = r.events,
     events_cap = events_cap, delivery_id = id, message_id = message_id, recipient = recipient,
     sender_id = sender_id, stage = stage, outcome = kind, latency_bucket = r.latency_bucket,
     latency_ms = r.latency_ms, observed = stage == "delivery_observed"})
   return 1
 end
 
+local counts = new_counts()
 local out = {}
 for i, r in ipairs(deliveries) do
-  out[i] = record(r)
+  out[i] = record(r, counts)
 end
+add_counts(stats_key, counts)
 return out

@@ -6,15 +6,17 @@
 -- recipient, transport, policy, stage, target, held, now_us}; a pending
 -- target has agent_id and transport "" and stage "admitted".
 local function write_delivery(dlv, d)
-  redis.call("HSET", dlv,
+  local fields = {
     "id", d.id, "message_id", d.message_id, "agent_id", d.agent_id, "sender_id", d.sender_id,
     "recipient", d.recipient, "transport", d.transport, "policy", d.policy,
     "stage", d.stage, "target", d.target, "held", d.held and 1 or 0,
     "admitted_us", d.now_us, "fence", 0, "lease_until_ms", 0, "retry_at_ms", 0,
-    "attempts", "[]")
+    "attempts", "[]"}
   if d.stage == "target_selected" then
-    redis.call("HSET", dlv, "target_selected_us", d.now_us)
+    table.insert(fields, "target_selected_us")
+    table.insert(fields, d.now_us)
   end
+  redis.call("HSET", dlv, unpack(fields))
 end
 
 -- `Name [ref]`: the label that always resolves exactly (the project's human,
