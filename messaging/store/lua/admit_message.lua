@@ -194,7 +194,7 @@ for i, t in ipairs(targets) do
       redis.call("ZADD", due_key, a.due_ms, did)
       local kind = ag.transport.kind
       if ready_key[kind] then
-        added[kind] = (added[kind] or 0) + ready_delivery(ready_key[kind], seq_key, did)
+        added[kind] = (added[kind] or 0) + ready_new(ready_key[kind], s, did)
       end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,

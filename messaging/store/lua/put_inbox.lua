@@ -27,8 +27,7 @@ for p, r in ipairs(deliveries) do
   local dlv, inbox, events = r.dlv, r.inbox, r.events
   local d = redis.call("HMGET", dlv, "fence", "outcome", "id", "message_id", "policy")
   if d[1] == r.fence and not d[2] then
-    if not redis.call("ZSCORE", inbox, d[3]) then
-      redis.call("ZADD", inbox, redis.call("INCR", seq_key), d[3])
+    if redis.call("ZADD", inbox, "NX", redis.call("INCR", seq_key), d[3]) == 1 then
       redis.call("XADD", events, "MAXLEN", "~", events_cap, "*", "type", "message",
         "data", cjson.encode({message_id = d[4], delivery_id = d[3], notification_policy = d[5]}))
     end

@@ -14,6 +14,13 @@ local function ready_delivery(ready_key, seq_key, delivery_id)
   return 1
 end
 
+-- Add a delivery admission has just made (its id is new to every set), scored
+-- by its message's sequence: a message's deliveries become ready together.
+local function ready_new(ready_key, seq, delivery_id)
+  redis.call("ZADD", ready_key, seq, delivery_id)
+  return 1
+end
+
 -- How many deliveries a ready zset holds for the publisher's count, a turn a
 -- worker holds open on it (take_ready) counting as one ahead of them: what
 -- joins then rides on that turn rather than asking for a ticket.
