@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
@@ -125,3 +126,20 @@ def test_endpoint_health_counts_every_failure_of_one_recipient_in_one_call(
     bob = json.loads(store.client.hget(keys.agents(project.project_id), leased[0].agent_id))
     assert bob["endpoint"]["failures"] == 3
     assert "hold_until_ms" not in bob["endpoint"]
+
+
+def test_a_damaged_delivery_fails_the_call_and_what_was_recorded_before_it_stays_counted(
+        project: Project, store: DeliveryStore):
+    good, damaged = leased_step(project, store, 2)
+    store.client.hset(keys.delivery(project.project_id, damaged.delivery_id), "attempts", "[]")
+    before = stats(store, project.project_id)
+
+    with pytest.raises(redis.ResponseError):
+        store.record_outcomes(project.project_id, [
+            (good, Result("accepted", endpoint="ok")),
+            (damaged, Result("accepted", endpoint="ok"))], HEALTH)
+
+    assert delivery(store, project.project_id, good.delivery_id)["outcome"] == "accepted"
+    assert "outcome" not in delivery(store, project.project_id, damaged.delivery_id)
+    after = stats(store, project.project_id)
+    assert after["outcome:accepted"] - before.get("outcome:accepted", 0) == 1

@@ -161,7 +161,10 @@ end
 local from_id = author.id
 local head_json = cjson.encode(head)
 
-local s = redis.call("INCR", seq_key)
+-- The message's place in the project's sequence, and after it one for each
+-- target: a delivery joins its ready set at its target's place, so a message's
+-- deliveries are taken in the order their recipients were named.
+local s = redis.call("INCRBY", seq_key, 1 + #targets) - #targets
 local observations, deliveries, withheld, added = {}, {}, {}, {}
 local unseen = head.via ~= nil -- no delivery indexes this send for its sender yet
 for i, t in ipairs(targets) do
@@ -194,7 +197,7 @@ for i, t in ipairs(targets) do
       redis.call("ZADD", due_key, a.due_ms, did)
       local kind = ag.transport.kind
       if ready_key[kind] then
-        added[kind] = (added[kind] or 0) + ready_new(ready_key[kind], s, did)
+        added[kind] = (added[kind] or 0) + ready_new(ready_key[kind], s + i, did)
       end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,

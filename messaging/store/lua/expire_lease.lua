@@ -45,9 +45,10 @@ local outcome, err = "unknown", error_sent
 if handed_off_fence ~= fence then
   outcome, err = "failed", error_not_sent
 end
+-- The fence first: whatever happens next, the old holder can no longer record.
+redis.call("HSET", dlv, "fence", tonumber(fence) + 1)
 local counts = new_counts()
-stage = close_attempt(dlv, attempts_json, stage, outcome, err, now_us, false,
-  {"fence", tonumber(fence) + 1})
+stage = close_attempt(dlv, attempts_json, stage, outcome, err, now_us, false)
 settle_outcome({due = due_key, counts = counts, events = events_key,
   events_cap = events_cap, delivery_id = id, message_id = message_id, recipient = recipient,
   sender_id = sender_id, stage = stage, outcome = outcome, latency_bucket = latency_bucket,

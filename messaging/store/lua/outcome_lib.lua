@@ -16,9 +16,8 @@ end
 -- Close the delivery's last attempt with `outcome` and free its lease, in one
 -- write: a `dispatch_started` delivery moves on to `provider_result_recorded`,
 -- and on to `delivery_observed` when `observe` (the recipient's side showed
--- it); `more` (field, value, ...; may be nil) is written with it. Returns its
--- stage after.
-local function close_attempt(dlv, attempts_json, stage, outcome, err, now_us, observe, more)
+-- it). Returns its stage after.
+local function close_attempt(dlv, attempts_json, stage, outcome, err, now_us, observe)
   local fields = {"outcome", outcome, "provider_result_recorded_us", now_us,
     "lease_until_ms", 0, "attempts", end_attempt(attempts_json, outcome, err, now_us)}
   local after = stage
@@ -32,7 +31,6 @@ local function close_attempt(dlv, attempts_json, stage, outcome, err, now_us, ob
     table.insert(fields, "stage")
     table.insert(fields, after)
   end
-  for _, v in ipairs(more or {}) do table.insert(fields, v) end
   redis.call("HSET", dlv, unpack(fields))
   return after
 end

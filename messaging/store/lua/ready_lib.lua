@@ -14,10 +14,10 @@ local function ready_delivery(ready_key, seq_key, delivery_id)
   return 1
 end
 
--- Add a delivery admission has just made (its id is new to every set), scored
--- by its message's sequence: a message's deliveries become ready together.
-local function ready_new(ready_key, seq, delivery_id)
-  redis.call("ZADD", ready_key, seq, delivery_id)
+-- Add a delivery admission has just made (its id is new to every set) at the
+-- place in the project's sequence admission set aside for it.
+local function ready_new(ready_key, place, delivery_id)
+  redis.call("ZADD", ready_key, place, delivery_id)
   return 1
 end
 

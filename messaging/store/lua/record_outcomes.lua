@@ -108,10 +108,17 @@ local function record(r, counts)
   return 1
 end
 
+-- A delivery that fails to record (a damaged record) fails the call; what was
+-- recorded before it stays, counted.
 local counts = new_counts()
 local out = {}
 for i, r in ipairs(deliveries) do
-  out[i] = record(r, counts)
+  local ok, recorded = pcall(record, r, counts)
+  if not ok then
+    add_counts(stats_key, counts)
+    error(recorded)
+  end
+  out[i] = recorded
 end
 add_counts(stats_key, counts)
 return out
