@@ -75,6 +75,8 @@ def stack_rows(r: Json) -> list[Row]:
              check=_at_most(100)),
         _row("stack", "drain s after the load", r["drain_s"]),
         *_cpu_rows(r),
+        _row("stack", "store commands run per send (admitted and delivered)",
+             r.get("store_commands_run_per_send", math.nan)),
     ]
 
 
