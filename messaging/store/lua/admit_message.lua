@@ -197,7 +197,9 @@ for i, t in ipairs(targets) do
       redis.call("ZADD", due_key, a.due_ms, did)
       local kind = ag.transport.kind
       if ready_key[kind] then
-        added[kind] = (added[kind] or 0) + ready_new(ready_key[kind], s + i, did)
+        -- new to every set: it takes the place set aside for it
+        redis.call("ZADD", ready_key[kind], s + i, did)
+        added[kind] = (added[kind] or 0) + 1
       end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,

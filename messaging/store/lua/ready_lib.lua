@@ -14,13 +14,6 @@ local function ready_delivery(ready_key, seq_key, delivery_id)
   return 1
 end
 
--- Add a delivery admission has just made (its id is new to every set) at the
--- place in the project's sequence admission set aside for it.
-local function ready_new(ready_key, place, delivery_id)
-  redis.call("ZADD", ready_key, place, delivery_id)
-  return 1
-end
-
 -- How many deliveries a ready zset holds for the publisher's count, a turn a
 -- worker holds open on it (take_ready) counting as one ahead of them: what
 -- joins then rides on that turn rather than asking for a ticket.
