@@ -28,7 +28,7 @@ from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
 from messaging.store.schema import Target, pack_message, senders, unpack_message, with_sender
-from messaging.store.store import Store
+from messaging.store.store import RateOwed, Store
 from messaging.timefmt import now_us, rfc3339
 from messaging.types import Json
 
@@ -244,22 +244,27 @@ def _policy(body: SendIn, req: Json) -> tuple[str, bool]:
 
 async def send(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    rate: RateOwed | None = None,
 ) -> Sent:
     """Admit a message: all recipients or nothing; publish its deliveries; counted.
 
+    ``rate``: the request the caller still owes to its rate bucket, spent by the
+    admission itself (``rate.spent`` says whether it got that far).
+
     Raises:
         CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
+        RateLimited: the caller's rate bucket was empty (not counted here: no admission).
     """
-    return await _counted(_admit(store, settings, dispatcher, caller, body))
+    return await _counted(_admit(store, settings, dispatcher, caller, body, rate=rate))
 
 
 async def _admit(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    operation: str = "send", in_reply_to: str | None = None,
+    operation: str = "send", in_reply_to: str | None = None, rate: RateOwed | None = None,
 ) -> Sent:
     project_id, _ = caller.require_agent()
     answer, message_json, published = await _admission(
-        store, settings, dispatcher, caller, body, operation, in_reply_to)
+        store, settings, dispatcher, caller, body, operation, in_reply_to, rate)
     status = answer["status"]
     if status == "ok":
         # What the script stored, without reading it back.
@@ -278,7 +283,7 @@ async def _admit(
 
 async def _admission(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    operation: str, in_reply_to: str | None,
+    operation: str, in_reply_to: str | None, rate: RateOwed | None = None,
 ) -> tuple[Json, str, list[asyncio.Future[bool]]]:
     """Check and admit a send: the store's answer, the message's JSON and, when it was
     admitted, its deliveries handed to the publisher."""
@@ -326,7 +331,7 @@ async def _admission(
     # the recipients), first in the stored JSON.
     message_json = pack_message(message)
     answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation,
-                               dispatcher.ready_kinds)
+                               dispatcher.ready_kinds, rate)
     if answer["status"] != "ok":
         return answer, message_json, []
     published = _hand_over(dispatcher, project_id, answer)

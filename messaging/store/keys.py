@@ -18,9 +18,10 @@ Only ring_next touches one (its ring, alone), so no script crosses cluster slots
                                                   version 1, or a new store           no TTL
     courier:migration_lock                 string the process migrating the data forward
                                                                                  lock time
-    courier:rate:token:<sha256>            string when a token's request rate bucket is
-    courier:rate:address:<sha256(address)>        full again (µs), shared by every API
-                                                  process (take_request.lua)  until then
+    courier:rate:operator                  string when the operator token's, or a client
+    courier:rate:address:<sha256(address)>        address's (no valid token), request rate
+                                                  bucket is full again (µs), shared by every
+                                                  API process (rate_lib.lua)   until then
 
 Per project, prefix ``courier:{p:<project_id>}``:
     :project                               hash   id, project_key, name, created_ts,
@@ -94,6 +95,11 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :waiting:<sha256(name)>                zset   delivery ids waiting for the name's first
                                                   agent, by admission sequence         no TTL
     :held                                  zset   held delivery ids by admission sequence no TTL
+    :rate:<sha256(token)>                  string when the request rate bucket of a project
+                                                  or agent token is full again (µs): in the
+                                                  project's slot, so a send's admission
+                                                  spends from it in the same script
+                                                  (rate_lib.lua)                  until then
 
 Record fields (agent JSON, message and delivery hashes): ``schema.py``.
 """
@@ -114,6 +120,7 @@ LANES = f"{PREFIX}:lanes"
 SEARCH_PENDING = f"{PREFIX}:sx:pending"
 DATA_VERSION = f"{PREFIX}:data_version"
 MIGRATION_LOCK = f"{PREFIX}:migration_lock"
+OPERATOR_RATE = f"{PREFIX}:rate:operator"
 
 
 def _digest(value: str) -> str:
@@ -126,9 +133,9 @@ def token(token_hash: str) -> str:
     return f"{PREFIX}:token:{token_hash}"
 
 
-def token_rate(token_hash: str) -> str:
-    """A token's request rate bucket, by the token's hash."""
-    return f"{PREFIX}:rate:token:{token_hash}"
+def token_rate(project_id: str, token_hash: str) -> str:
+    """The request rate bucket of a project or agent token, by the token's hash."""
+    return f"{_p(project_id)}:rate:{token_hash}"
 
 
 def address_rate(address: str) -> str:

@@ -3,7 +3,7 @@
 Every ``lua/*.lua`` is an operation, found by glob and registered when a client's
 registry is first built; ``lua/*_lib.lua`` are shared libraries. A script may open
 with ``-- uses: a_lib, b_lib``: the text of those libraries (functions only) is put
-before its own, so shared logic lives once. Run one by name::
+before its own (after its ``#!lua`` flags line), so shared logic lives once. Run one by name::
 
     scripts_for(client)["admit_message"](keys=[...], args=[...])
 """
@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 USES_RE = re.compile(r"^-- uses: (?P<libs>[\w, ]+)$", re.MULTILINE)
 LUA_DIR = Path(__file__).with_name("lua")
 LIB_SUFFIX = "_lib"
+SHEBANG = "#!lua"
 
 
 @cache
@@ -37,10 +38,15 @@ def _libs(name: str, seen: list[str]) -> None:
 
 @cache
 def source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, after the shared files it uses."""
+    """The text of ``lua/<name>.lua``, after the shared files it uses (its ``#!lua``
+    flags line, if any, stays first)."""
     libs: list[str] = []
     _libs(name, libs)
-    return "\n".join([*(_text(lib) for lib in libs), _text(name)])
+    text = _text(name)
+    head = ""
+    if text.startswith(SHEBANG):
+        head, _, text = text.partition("\n")
+    return "\n".join([*([head] if head else []), *(_text(lib) for lib in libs), text])
 
 
 @cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,6 +32,25 @@ TOKEN_CACHE_S = 1.0
 # A message hash's fields but its JSON: what may change after admission (every
 # message has ``created_us``, so a message gone reads as none of them).
 CHANGING_MESSAGE_FIELDS = [str(f) for f in MessageField if f is not MessageField.JSON]
+
+
+@dataclass
+class RateOwed:
+    """One request its caller owes to a rate bucket, for the script that serves the
+    request to spend first (``rate_lib.lua``); ``spent`` once a script ran with it."""
+
+    bucket: str
+    interval_us: int
+    burst_us: int
+    spent: bool = False
+
+
+class RateLimited(Exception):
+    """The caller's rate bucket was empty: the script did nothing else."""
+
+    def __init__(self, wait_us: int) -> None:
+        super().__init__(f"rate bucket empty for {wait_us} µs")
+        self.wait_us = wait_us
 
 
 def _hash(found: Mapping[Any, Any]) -> Json:
@@ -319,8 +339,12 @@ class Store:
         idempotency_key: str | None,
         operation: str,
         ready_kinds: Sequence[str] = (),
+        rate: RateOwed | None = None,
     ) -> Json:
         """Run the admission script; returns its decoded answer.
+
+        ``rate``: the request the caller owes to its rate bucket, spent by the
+        script before anything else.
 
         Deliveries over a transport of ``ready_kinds`` join their ready sets in
         the same script; the answer's ``ready`` says how many per transport (and
@@ -328,6 +352,9 @@ class Store:
         ``lane`` the queues they are served on. ``message_json`` comes without its
         sender fields (``schema.without_sender``): the script writes them, and the
         answer's ``sender`` holds them.
+
+        Raises:
+            RateLimited: the rate bucket was empty (nothing else was done).
         """
         sender = args["sender_id"]
         idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
@@ -353,9 +380,16 @@ class Store:
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
+        if rate is not None:
+            script_keys.append(rate.bucket)
+            args["rate"] = [rate.interval_us, rate.burst_us]
         raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
                                    [orjson.dumps(args), message_json])
+        if rate is not None:
+            rate.spent = True
         answer: Json = orjson.loads(raw)
+        if answer["status"] == "rate_limited":
+            raise RateLimited(int(answer["wait_us"]))
         return answer
 
     async def get_message(self, project_id: str, message_id: str) -> Json | None:

@@ -5,11 +5,15 @@ needs little of what serves every other route: ``DirectSends`` (the outermost
 of Courier's ASGI layers) takes a send with a valid token and a body declared
 ``application/json``, and does for it what the layers beneath would, in
 their order: the caller from the headers (the gate: one token hash, one
-lookup, one rate check), the body at its pace and within its limit
+lookup), the body at its pace and within its limit
 (``bodylimit.read_body``), a turn in the project's fair share (the same
 ``FairShare`` the other routes wait in), the body parsed by orjson and
 validated by the model, the send service, and the answer, each error
-answered and counted as the layers beneath answer and count it.
+answered and counted as the layers beneath answer and count it. The
+request the token owes to its rate bucket is spent by the admission script
+(one round trip for the send); on every other way out it is spent first, and
+an empty bucket answers 429 in place of what would have followed, as the gate
+beneath would have answered before anything else.
 
 Everything else goes down the layers, as before: another path, method or
 content type; a request without a valid caller (the gate's answer, found
@@ -29,10 +33,11 @@ from messaging.errors import CourierError
 from messaging.models import SendIn
 from messaging.service import sending
 from messaging.service.caller import Caller
+from messaging.store.store import RateLimited
 from messaging.web.bodylimit import read_body, replay
 from messaging.web.deps import Services
 from messaging.web.fairshare import FairShare
-from messaging.web.guard import AUTH_SCOPE_KEY, refuse
+from messaging.web.guard import AUTH_SCOPE_KEY, Auth, refuse
 from messaging.web.refusals import INTERNAL, answered_as, count, error_response
 
 SEND_PATH = "/v1/messages"
@@ -65,23 +70,26 @@ class DirectSends:
         """Serve the send; or return the ``receive`` to pass it on with (its body, if
         read, replayed)."""
         svc: Services = scope["app"].state.services
-        auth = await svc.gate.authenticate(scope)
+        auth = await svc.gate.authenticate(scope, defer=True)
         scope[AUTH_SCOPE_KEY] = auth
         if auth.caller is None:
             return receive
         try:
             body = await read_body(scope, receive, self.max_bytes)
         except CourierError as exc:
-            count(exc.code, FACE)
-            await refuse(exc, scope, receive, send)  # the rest of the body is not read
+            refusal = (await svc.gate.settle(auth)).refusal or exc
+            count(refusal.code, FACE)
+            await refuse(refusal, scope, receive, send)  # the rest of the body is not read
             return None
-        if body is None:  # the client went away
+        if body is None:  # the client went away; its request counts all the same
+            await svc.gate.settle(auth)
             return None
         async with self.share.turn(auth.group):
             parsed = _parsed(body)
             if parsed is not None:
-                await _admit(svc, auth.caller, parsed, scope, receive, send)
+                await _admit(svc, auth.caller, auth, parsed, scope, receive, send)
                 return None
+        scope[AUTH_SCOPE_KEY] = await svc.gate.settle(auth)
         return replay(body, receive)
 
 
@@ -108,15 +116,27 @@ def _parsed(body: bytes) -> SendIn | None:
         return None
 
 
-async def _admit(svc: Services, caller: Caller, body: SendIn,
+async def _admit(svc: Services, caller: Caller, auth: Auth, body: SendIn,
                  scope: Scope, receive: Receive, send: Send) -> None:
-    """Send, and answer as the route and the app's exception handlers would."""
+    """Send, and answer as the gate, the route and the app's exception handlers would."""
     try:
-        sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body)
+        sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body,
+                                  auth.owed)
+    except RateLimited as exc:
+        refusal = svc.gate.tokens.refusal(exc.wait_us)
+        count(refusal.code, FACE)
+        await refuse(refusal, scope, receive, send)
+        return
     except Exception as exc:
         err = answered_as(exc)
         if err is None:
             raise
+        # Refused before its admission ran: the request it owes is spent now.
+        settled = await svc.gate.settle(auth)
+        if settled.refusal is not None:
+            count(settled.refusal.code, FACE)
+            await refuse(settled.refusal, scope, receive, send)
+            return
         count(err.code, FACE)
         await error_response(err)(scope, receive, send)
         return

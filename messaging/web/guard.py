@@ -15,6 +15,10 @@ A request with a valid token spends from that token's bucket; a request
 without one (none, malformed or unknown) spends from its client address's
 bucket, so a flood of bad tokens never holds back a valid token from the same
 address, and all bad tokens of one address wait together in the fair share.
+A send served ahead of the layers (``messaging.web.direct``) owes its token's
+request instead, and its admission script spends it before anything else
+(``Gate.authenticate(defer=True)``, ``Gate.settle`` for every other way out):
+the same one request from the same bucket, one round trip fewer.
 A 401 names the Bearer scheme. A refusal is counted where answers leave
 (``messaging.web.refusals``), like every other; a refused send never reaches
 the send service, so it is no admission.
@@ -32,7 +36,7 @@ from messaging.errors import CourierError, store_unavailable, unauthenticated
 from messaging.service.caller import Caller, CallerKind, authenticate, bearer
 from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
-from messaging.store.store import Store
+from messaging.store.store import RateOwed, Store
 from messaging.web.ratelimit import RateLimiter
 
 AUTH_SCOPE_KEY = "courier.auth"
@@ -54,6 +58,8 @@ class Auth:
     address: str
     # Whose turns the request waits among in the fair share.
     group: str
+    # The request the caller still owes to its token's rate bucket (deferred).
+    owed: RateOwed | None = None
 
 
 class Gate:
@@ -62,12 +68,15 @@ class Gate:
     def __init__(self, store: Store, operator_token: str, rate_per_s: float) -> None:
         self.store = store
         self.operator_token = operator_token
-        self.tokens = RateLimiter(store, rate_per_s, "token", keys.token_rate)
-        self.addresses = RateLimiter(store, rate_per_s, "address without a valid token",
-                                     keys.address_rate)
+        self.tokens = RateLimiter(store, rate_per_s, "token")
+        self.addresses = RateLimiter(store, rate_per_s, "address without a valid token")
 
-    async def authenticate(self, scope: Scope) -> Auth:
-        """What the request's headers say of its caller (the token hashed once)."""
+    async def authenticate(self, scope: Scope, *, defer: bool = False) -> Auth:
+        """What the request's headers say of its caller (the token hashed once).
+
+        ``defer``: a valid caller's request is not taken from its token's bucket
+        here but owed (``Auth.owed``), for its script to spend, or ``settle``.
+        """
         address = client_address(scope)
         anonymous = NO_TOKEN + address
         token = bearer(authorization(scope))
@@ -80,15 +89,24 @@ class Gate:
             return Auth(None, await self._limited(address) or exc, address, anonymous)
         except STORE_DOWN:  # answered like any route's store failure, from the scope
             return Auth(None, store_unavailable(), address, anonymous)
-        group = (OPERATOR_GROUP if caller.kind is CallerKind.OPERATOR
-                 else str(caller.project_id))
+        if caller.kind is CallerKind.OPERATOR:
+            group, bucket = OPERATOR_GROUP, keys.OPERATOR_RATE
+        else:
+            group = str(caller.project_id)
+            bucket = keys.token_rate(group, token_hash)
+        auth = Auth(caller, None, address, group, self.tokens.owed(bucket))
+        return auth if defer else await self.settle(auth)
+
+    async def settle(self, auth: Auth) -> Auth:
+        """``auth`` with its owed request spent (if no script spent it): as it was, or
+        without its caller, refused, when the token's bucket is empty."""
         try:
-            await self.tokens.check(token_hash)
+            await self.tokens.settle(auth.owed)
         except CourierError as exc:
-            return Auth(None, exc, address, group)
+            return Auth(None, exc, auth.address, auth.group)
         except STORE_DOWN:
-            return Auth(None, store_unavailable(), address, group)
-        return Auth(caller, None, address, group)
+            return Auth(None, store_unavailable(), auth.address, auth.group)
+        return auth
 
     async def caller(self, auth: Auth) -> Caller:
         """The request's caller.
@@ -106,7 +124,7 @@ class Gate:
     async def _limited(self, address: str) -> CourierError | None:
         """The 429 of an address past its rate, else None (one request spent)."""
         try:
-            await self.addresses.check(address)
+            await self.addresses.check(keys.address_rate(address))
         except CourierError as exc:
             return exc
         except STORE_DOWN:

@@ -9,33 +9,46 @@ holds one second's worth of requests (at least one).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from messaging.errors import CourierError
-from messaging.store.store import Store
+from messaging.store.store import RateOwed, Store
 
 US_PER_S = 1_000_000
 
 
 class RateLimiter:
-    """Allows ``rate_per_s`` requests per key per second, bursts of one second's worth."""
+    """Allows ``rate_per_s`` requests per bucket per second, bursts of one second's worth."""
 
-    def __init__(self, store: Store, rate_per_s: float, what: str,
-                 bucket: Callable[[str], str]) -> None:
-        self.store, self.rate, self.what, self.bucket = store, rate_per_s, what, bucket
+    def __init__(self, store: Store, rate_per_s: float, what: str) -> None:
+        self.store, self.rate, self.what = store, rate_per_s, what
         self.interval_us = math.ceil(US_PER_S / rate_per_s) if rate_per_s > 0 else 0
         self.burst_us = math.ceil(max(rate_per_s, 1.0) * self.interval_us)
 
-    async def check(self, key: str) -> None:
-        """Take one request from the key's bucket.
+    async def check(self, bucket: str) -> None:
+        """Take one request from the bucket (a key of ``messaging.store.keys``).
 
         Raises:
             CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.
         """
+        await self.settle(self.owed(bucket))
+
+    def owed(self, bucket: str) -> RateOwed | None:
+        """One request owed to the bucket, for the script serving it to spend
+        (None when there is no limit)."""
         if self.rate <= 0:
+            return None
+        return RateOwed(bucket, self.interval_us, self.burst_us)
+
+    async def settle(self, owed: RateOwed | None) -> None:
+        """Spend the request, unless a script spent it already.
+
+        Raises:
+            CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.
+        """
+        if owed is None or owed.spent:
             return
-        wait_us = await self.store.take_request(self.bucket(key), self.interval_us,
-                                                self.burst_us)
+        wait_us = await self.store.take_request(owed.bucket, owed.interval_us, owed.burst_us)
+        owed.spent = True
         if wait_us > 0:
             raise self.refusal(wait_us)
 

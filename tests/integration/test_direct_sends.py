@@ -194,7 +194,7 @@ def test_a_refused_send_is_answered_by_the_front_and_counted(project: Project):
 class ReadOnlyGate(Gate):
     """A gate whose store answers as a replica does after a failover."""
 
-    async def authenticate(self, scope: Any) -> Any:
+    async def authenticate(self, scope: Any, *, defer: bool = False) -> Any:
         raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
 
 

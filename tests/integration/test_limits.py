@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from messaging.web.bodylimit import ENVELOPE_BYTES
 from tests.integration.conftest import Agent, Project
 from tests.stack import Stack, make_stack, wait_until
 
@@ -26,12 +27,14 @@ from tests.stack import Stack, make_stack, wait_until
 pytestmark = pytest.mark.slow
 
 RATE_PER_S = 5
+MAX_BODY_BYTES = 65_536
 MCP_ACCEPT = "application/json, text/event-stream"
 
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = make_stack(tmp_path_factory.mktemp("limited"), rate_limit_per_s=str(RATE_PER_S))
+    s = make_stack(tmp_path_factory.mktemp("limited"), rate_limit_per_s=str(RATE_PER_S),
+                   max_body_bytes=str(MAX_BODY_BYTES))
     s.start_worker()
     yield s
     s.stop()
@@ -123,6 +126,58 @@ def test_mcp_tool_calls_are_rate_limited_like_rest_sends(lproject: Project):
     wait_until(lambda: len(bob.api.inbox(limit=100)["messages"]) >= stored, what="the inbox")
     time.sleep(0.5)
     assert len(bob.api.inbox(limit=100)["messages"]) == stored
+
+
+# Sends refused at each step of their way (the body's size, its JSON, the service's
+# checks before admission, the admission script's own), a replayed one, and reads
+# mixed in: every request spends one from its token's bucket, none more, whichever
+# step answers it (the admission spends it in its own script, the other steps first).
+SEND_WAYS = {
+    "admitted": lambda n: {"json": {"to": ["Bob"], "subject": f"n{n}", "body_md": "x"}},
+    "replayed": lambda n: {"json": {"to": ["Bob"], "subject": "once", "body_md": "x"},
+                           "headers": {"Idempotency-Key": "same"}},
+    "unknown recipient": lambda n: {"json": {"to": ["Nobody"], "subject": "s", "body_md": "x"}},
+    "sender mismatch": lambda n: {"json": {"to": ["Bob"], "subject": "s", "body_md": "x",
+                                           "sender_name": "Mallory"}},
+    "no subject": lambda n: {"json": {"to": ["Bob"], "body_md": "x"}},
+    "not JSON": lambda n: {"content": b"{", "headers": {"Content-Type": "application/json"}},
+    "over the request limit": lambda n: {"content": b'{"to": ["Bob"], "body_md": "' + b"x" * (
+        MAX_BODY_BYTES + ENVELOPE_BYTES) + b'"}', "headers": {"Content-Type": "application/json"}},
+    "body_md over its limit": lambda n: {"json": {"to": ["Bob"], "subject": "s",
+                                                  "body_md": "x" * (MAX_BODY_BYTES + 1)}},
+    "reads between sends": lambda n: {"json": {"to": ["Bob"], "subject": f"n{n}",
+                                               "body_md": "x"}} if n % 2 else None,
+}
+
+
+@pytest.mark.parametrize("way", list(SEND_WAYS))
+def test_a_send_spends_one_request_of_its_token_whichever_step_answers_it(
+        lproject: Project, way: str):
+    alice, bob = _register(lproject, "Alice"), _register(lproject, "Bob")
+    url, auth = lproject.stack.api_url, {"Authorization": f"Bearer {alice.row['token']}"}
+    requests: list[tuple[str, str, dict[str, Any]]] = []
+    for n in range(3 * RATE_PER_S):
+        kw = SEND_WAYS[way](n)
+        if kw is None:
+            requests.append(("GET", f"{url}/v1/agents/me/inbox", {"headers": auth}))
+        else:
+            requests.append(("POST", f"{url}/v1/messages",
+                             {**kw, "headers": {**auth, **kw.get("headers", {})}}))
+    t0 = time.monotonic()
+    answers = burst(requests)
+    took_s = time.monotonic() - t0
+    limited = _refused(answers)
+    codes = {r.status_code for r in answers} - {429}
+    allowed = len(answers) - len(limited)
+    assert RATE_PER_S <= allowed <= RATE_PER_S + 1 + int(RATE_PER_S * took_s), (
+        way, [r.status_code for r in answers], took_s)
+    assert len(codes) == 1 or way in ("replayed", "reads between sends"), (way, codes)
+    # A send refused for its rate stored nothing: Bob holds one message per 201.
+    created = sum(1 for r in answers if r.status_code == 201)
+    time.sleep(1.1)
+    wait_until(lambda: len(bob.api.inbox(limit=100)["messages"]) >= created,
+               what="the inbox")
+    assert len(bob.api.inbox(limit=100)["messages"]) == created, way
 
 
 def test_requests_without_a_valid_token_are_limited_per_address(lproject: Project):

@@ -132,3 +132,16 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(limited: Stack):
         assert http.get(url, headers=other).status_code == 200
         time.sleep(1.1)
         assert http.get(url, headers=headers).status_code == 200
+        # An agent's sends spend from its token's bucket inside their admission
+        # (the bucket in the project's slot, on a cluster too).
+        agent = http.post(url, headers=headers,
+                          json={"name": "Alice", "transport": {"kind": "inbox"}}).json()
+        send = {"to": ["Alice"], "subject": "s", "body_md": "x"}
+        sends = [http.post(f"{limited.api_url}/v1/messages", json=send,
+                           headers={"Authorization": f"Bearer {agent['token']}"})
+                 for _ in range(20)]
+        codes = [r.status_code for r in sends]
+        assert codes[0] == 201 and 429 in codes and set(codes) == {201, 429}, codes
+        refused = next(r for r in sends if r.status_code == 429)
+        assert refused.json()["error"]["code"] == "RATE_LIMITED"
+        assert int(refused.headers["retry-after"]) >= 1

@@ -1,6 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
 -- it passes, every write of one send. Any failure writes nothing.
--- uses: records_lib, resolve_lib, ready_lib, keys_lib
+-- uses: records_lib, resolve_lib, ready_lib, keys_lib, rate_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
 -- KEYS[2]  names    hash   name -> JSON list of agent ids
@@ -18,14 +18,17 @@
 -- KEYS[12+2k..] two per recipient string, in order: a dlv hash (used in order
 --            for each distinct target) and the waiting zset of the string as a
 --            name (delivery ids by admission sequence, used when it is pending)
--- KEYS[#KEYS-1]  search_queue  list  messages waiting to be indexed for search
--- KEYS[#KEYS]    retention     zset  stored message ids by when retention looks at them
+-- then  search_queue  list    messages waiting to be indexed for search
+--       retention     zset    stored message ids by when retention looks at them
+--       bucket        string  the caller's request rate bucket (rate_lib), last,
+--                             only when ARGV rate is given
 --
 -- Times travel as decimal strings: Lua numbers print with 14 digits only.
 -- ARGV[1]  JSON {sender_id, now_us, due_ms, idem_fp, idem_ttl_s, thread_id,
 --          message_id, policy ("wake"|"quiet"|"auto"), quiet_invalid (bool),
 --          recipients [{s}], delivery_ids [..], has_bcc (bool),
---          ready_kinds [transport kinds whose ready zsets come in KEYS]}
+--          ready_kinds [transport kinds whose ready zsets come in KEYS],
+--          rate [interval_us, burst_us] (absent: the request was counted before)}
 -- ARGV[2]  the message JSON without its sender fields (stored byte for byte
 --          after them: `{` + the sender fields + `,` + the rest of ARGV[2])
 --
@@ -44,11 +47,15 @@
 -- A send with a held or pending delivery, or sent via a root, is put on the
 -- search queue for its sender's side now (no dispatch will do it yet).
 --
+-- A send that owes its request to the caller's rate bucket spends it first, so
+-- that an empty bucket refuses it before anything else is looked at.
+--
 -- Returns a JSON string, one of:
 --   {"status":"ok","policy":p,"observations":[..],"created_us":n,
 --    "lane":the project's lane, "ready":{kind: [added, ready count]} (a turn
 --    a worker holds open counts as one delivery ready, ahead of these),
 --    "sender":the sender fields' JSON object, as stored}
+--   {"status":"rate_limited","wait_us":n} (nothing else done)
 --   {"status":"replay","message_id":id,"observations":[..]}
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
@@ -70,8 +77,16 @@ local args_json = ARGV[1]
 local rest = ARGV[2]
 
 local a = cjson.decode(args_json)
-local search_queue_key = KEYS[#KEYS - 1]
-local retention_key = KEYS[#KEYS]
+local tail = #KEYS
+if a.rate then
+  local wait_us = take_from(KEYS[tail], a.rate[1], a.rate[2])
+  if wait_us > 0 then
+    return cjson.encode({status = "rate_limited", wait_us = wait_us})
+  end
+  tail = tail - 1
+end
+local search_queue_key = KEYS[tail - 1]
+local retention_key = KEYS[tail]
 local ready_key, turn_key = {}, {}
 for i, kind in ipairs(a.ready_kinds) do
   ready_key[kind] = KEYS[10 + 2 * i]
