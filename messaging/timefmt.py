@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 
 
 def now_us() -> int:
@@ -16,5 +17,11 @@ def rfc3339(us: int | str | None) -> str | None:
     if us is None or us == "" or int(us) == 0:
         return None
     whole, micro = divmod(int(us), 1_000_000)
-    dt = datetime.fromtimestamp(whole, tz=UTC).replace(microsecond=micro)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{_second(whole)}.{micro:06d}Z"
+
+
+@lru_cache(maxsize=256)
+def _second(whole: int) -> str:
+    """``2026-11-29T22:01:05`` of a second since the epoch (answers of one moment
+    name the same few seconds)."""
+    return datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
