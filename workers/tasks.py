@@ -42,6 +42,9 @@ SWEEP_INDEX_OVERDUE = 100
 # a busy project's worker keeps up with its admissions on fewer cores (bench:
 # fairness, stack, delivery).
 STEPS_PER_BATCH = 10
+# While no other project is in the ring, a take is up to this many steps when
+# that much is ready: a project that joins waits for the takes under way.
+ALONE_STEPS = 2
 # A step that empties a lone project's ready set holds its turn open: the worker
 # pauses this long and takes again, and mail made ready meanwhile rides on the
 # turn instead of asking for a ticket (a Celery task) of its own.
@@ -146,8 +149,9 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     """
     transport = carrier.kind
     # A project is served a tenth of a batch at a time (the transport's parallel
-    # deliveries at least); between two, a look at the ring: another project
-    # waiting ends the turn, so none waits behind more than one such step.
+    # deliveries at least), up to ALONE_STEPS of them while it is alone; between
+    # two takes, a look at the ring: another project waiting ends the turn, so
+    # none waits behind more than one take.
     step = max(carrier.parallel, carrier.batch_size // STEPS_PER_BATCH, 1)
     counts: Counter[str] = Counter()
     done = 0
@@ -155,14 +159,17 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     newest_at_start = -1  # the newest ready score the turn's first take left
     in_ring = waiting
     held = False  # the last take emptied the ready set and holds the turn open
+    left = 0  # what the last take left ready
     while True:
         alone = waiting <= 1 and in_ring <= 1
         if held and alone:
             time.sleep(HOLD_PAUSE_S)
+        size = min(min(max(step, left), ALONE_STEPS * step) if alone else step,
+                   carrier.batch_size - done)
         # Held only while the turn can go on after the take; the next take closes it.
-        hold_ms = HOLD_MS if alone and done + step < carrier.batch_size else 0
-        taken = store().take_ready(project_id, transport, lane,
-                                   min(step, carrier.batch_size - done), hold_ms)
+        hold_ms = HOLD_MS if alone and done + size < carrier.batch_size else 0
+        taken = store().take_ready(project_id, transport, lane, size, hold_ms)
+        left = taken.left
         if newest_at_start < 0:
             newest_at_start = taken.newest
         if taken.moved_to is not None:

@@ -349,25 +349,25 @@ def test_one_project_s_backlog_holds_another_s_new_mail_up_by_a_short_turn(own_s
 
 @pytest.mark.slow
 def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack):
-    # A alone is served whole batches, a step at a time. B's messages, sent
-    # at moments spread over A's drain, each wait for the steps under way (one
+    # A alone is served whole batches, a take at a time. B's messages, sent
+    # at moments spread over A's drain, each wait for the takes under way (one
     # per worker process), never for the rest of the batches they belong to.
-    # Counted in A's deliveries: a step is a tenth of a batch (10), and while
-    # B's ticket travels from the API to a worker, A's steps go on (more of
-    # them on a loaded machine: 50 with another test file running beside it).
-    # Waiting for the rest of a batch (100) instead, the worst of eight would
-    # be about 140, and under 70 about once in a hundred runs.
+    # Counted in A's deliveries: a take is a tenth of a batch (10), two while A
+    # is alone and has that much ready, and while B's ticket travels from the
+    # API to a worker, A's takes go on: the worst of sixteen was 60-80 in runs
+    # on a quiet machine. Waiting for the rest of a batch (100) instead, it
+    # would be about 140 or more.
     with open_project(own_stack) as a, open_project(own_stack) as b:
         a1, _ = a.agent("A1"), a.agent("A2")
         b1, _ = b.agent("B1"), b.agent("B2")
-        backlog = _sent(a1, "A2", 2500)
+        backlog = _sent(a1, "A2", 6000)
         own_stack.start_worker(queues=queue_for("inbox"), beat=False)
         with own_stack.redis() as r:
             wait_until(lambda: int(r.hget(keys.stats(a.project_id), "outcome:accepted")
                                    or 0) >= 100, timeout_s=60, interval_s=0.005,
                        what="A's drain under way")
             mine = []
-            for _ in range(8):
+            for _ in range(16):
                 mine += _sent(b1, "B2", 1)
                 time.sleep(0.037)
             wait_until(lambda: all(a1.api.delivery(d)["outcome"] for d in backlog[-5:])
@@ -382,7 +382,7 @@ def test_new_mail_of_another_project_cuts_a_running_turn_short(own_stack: Stack)
         assert max(a_done) > max(int(done) for _, done in b_times), "A's drain ended first"
         between = [sum(1 for t in a_done if int(admitted) < t < int(done))
                    for admitted, done in b_times]
-        assert max(between) <= 70, f"A's deliveries between B's admission and its: {between}"
+        assert max(between) <= 100, f"A's deliveries between B's admission and its: {between}"
 
 
 def test_a_ticket_whose_turn_empties_a_project_goes_on_to_the_next(own_stack: Stack):
