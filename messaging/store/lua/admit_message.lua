@@ -1,5 +1,6 @@
 -- admit_message: idempotency check, recipient resolution and, only if all of
--- it passes, every write of one send. Any failure writes nothing.
+-- it passes, every write of one send. Any failure writes nothing but the
+-- request it spent from the caller's rate bucket (when it owed one).
 -- uses: records_lib, resolve_lib, ready_lib, keys_lib, rate_lib
 --
 -- KEYS[1]  agents   hash   agent_id -> agent JSON
