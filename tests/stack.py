@@ -90,11 +90,16 @@ _READERS = {
 
 
 def project_state(stack: Stack, project_id: str) -> dict[str, Any]:
-    """Every key of the project (found with SCAN on its hash tag) with its type and content."""
+    """Every key of the project (found with SCAN on its hash tag) with its type and
+    content, but its tokens' request rate buckets: every request spends from one,
+    refused or not, and each lives about a second."""
     pattern = keys.project(project_id).removesuffix("project") + "*"
+    buckets = keys.token_rate(project_id, "")
     with stack.redis() as r:
         state = {}
         for key in r.scan_iter(match=pattern, count=1000):
+            if key.startswith(buckets):
+                continue
             kind = r.type(key)
             if kind == "none":  # removed between SCAN and TYPE (a lock, a key expiring)
                 continue

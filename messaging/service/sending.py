@@ -125,15 +125,25 @@ class Sent:
     body: Json
 
 
-async def _counted(admission: Awaitable[Sent]) -> Sent:
-    """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome."""
+async def _counted(admission: Awaitable[Sent], rate: RateOwed | None = None) -> Sent:
+    """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome.
+
+    A refusal of a send that still owes its request to a rate bucket is left to
+    its caller (``count_refusal``): an empty bucket answers it as never admitted.
+    """
     try:
         sent = await admission
     except CourierError as exc:
-        ADMISSIONS.labels(outcome=exc.code).inc()
+        if rate is None or rate.spent:
+            count_refusal(exc)
         raise
     ADMISSIONS.labels(outcome="replayed" if sent.status == 200 else "admitted").inc()
     return sent
+
+
+def count_refusal(exc: CourierError) -> None:
+    """Count a refused send or reply in ``ADMISSIONS``."""
+    ADMISSIONS.labels(outcome=exc.code).inc()
 
 
 def fingerprint(operation: str, request: Json) -> str:
@@ -249,13 +259,14 @@ async def send(
     """Admit a message: all recipients or nothing; publish its deliveries; counted.
 
     ``rate``: the request the caller still owes to its rate bucket, spent by the
-    admission itself (``rate.spent`` says whether it got that far).
+    admission itself (``rate.spent`` says whether it got that far; a refusal
+    before it is not counted here, but by the caller once the bucket had room).
 
     Raises:
         CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
         RateLimited: the caller's rate bucket was empty (not counted here: no admission).
     """
-    return await _counted(_admit(store, settings, dispatcher, caller, body, rate=rate))
+    return await _counted(_admit(store, settings, dispatcher, caller, body, rate=rate), rate)
 
 
 async def _admit(

@@ -48,9 +48,9 @@ class RateOwed:
 class RateLimited(Exception):
     """The caller's rate bucket was empty: the script did nothing else."""
 
-    def __init__(self, wait_us: int) -> None:
+    def __init__(self, bucket: str, wait_us: int) -> None:
         super().__init__(f"rate bucket empty for {wait_us} µs")
-        self.wait_us = wait_us
+        self.bucket, self.wait_us = bucket, wait_us
 
 
 def _hash(found: Mapping[Any, Any]) -> Json:
@@ -380,17 +380,39 @@ class Store:
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
-        if rate is not None:
-            script_keys.append(rate.bucket)
-            args["rate"] = [rate.interval_us, rate.burst_us]
-        raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
-                                   [orjson.dumps(args), message_json])
-        if rate is not None:
-            rate.spent = True
+        if rate is None:
+            raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
+                                       [orjson.dumps(args), message_json])
+        else:
+            raw = await self._admit_owing(script_keys, args, message_json, rate)
         answer: Json = orjson.loads(raw)
-        if answer["status"] == "rate_limited":
-            raise RateLimited(int(answer["wait_us"]))
+        if rate is not None and answer["status"] == "rate_limited":
+            raise RateLimited(rate.bucket, int(answer["wait_us"]))
         return answer
+
+    async def _admit_owing(self, script_keys: list[str], args: Json, message_json: str,
+                           rate: RateOwed) -> Any:
+        """The admission script's reply, the request owed to ``rate`` spent first."""
+        try:
+            raw = await self.ticks.run(
+                self.scripts["admit_message"], [*script_keys, rate.bucket],
+                [orjson.dumps({**args, "rate": [rate.interval_us, rate.burst_us]}),
+                 message_json])
+        except redis.exceptions.OutOfMemoryError:
+            # A full store refused the script's first write, the bucket's: nothing was
+            # done. The request is spent where a full store allows it, and the
+            # admission runs without it: its checks answer, its writes are refused.
+            wait_us = await self.take_request(rate.bucket, rate.interval_us, rate.burst_us)
+            rate.spent = True
+            if wait_us > 0:
+                return orjson.dumps({"status": "rate_limited", "wait_us": wait_us})
+            return await self.ticks.run(self.scripts["admit_message"], script_keys,
+                                        [orjson.dumps(args), message_json])
+        except redis.exceptions.ResponseError:
+            rate.spent = True  # the script failed past its first step, the spend
+            raise
+        rate.spent = True
+        return raw
 
     async def get_message(self, project_id: str, message_id: str) -> Json | None:
         """A message's hash (``json``, ``created_us``, ``policy``, ...), or None."""

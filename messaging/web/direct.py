@@ -82,7 +82,9 @@ class DirectSends:
             await refuse(refusal, scope, receive, send)  # the rest of the body is not read
             return None
         if body is None:  # the client went away; its request counts all the same
-            await svc.gate.settle(auth)
+            settled = await svc.gate.settle(auth)
+            if settled.refusal is not None:
+                count(settled.refusal.code, FACE)
             return None
         async with self.share.turn(auth.group):
             parsed = _parsed(body)
@@ -119,24 +121,28 @@ def _parsed(body: bytes) -> SendIn | None:
 async def _admit(svc: Services, caller: Caller, auth: Auth, body: SendIn,
                  scope: Scope, receive: Receive, send: Send) -> None:
     """Send, and answer as the gate, the route and the app's exception handlers would."""
+    owed = auth.owed
     try:
-        sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body,
-                                  auth.owed)
+        sent = await sending.send(svc.store, svc.settings, svc.publisher, caller, body, owed)
     except RateLimited as exc:
-        refusal = svc.gate.tokens.refusal(exc.wait_us)
+        refusal = svc.gate.tokens.emptied(exc.bucket, exc.wait_us)
         count(refusal.code, FACE)
         await refuse(refusal, scope, receive, send)
         return
     except Exception as exc:
-        err = answered_as(exc)
-        if err is None:
-            raise
-        # Refused before its admission ran: the request it owes is spent now.
+        # Refused before its admission spent the request it owes: spent now, and an
+        # empty bucket answers in its place, as the gate would have before anything.
+        uncounted = owed is not None and not owed.spent
         settled = await svc.gate.settle(auth)
         if settled.refusal is not None:
             count(settled.refusal.code, FACE)
             await refuse(settled.refusal, scope, receive, send)
             return
+        err = answered_as(exc)
+        if err is None:
+            raise
+        if uncounted and isinstance(exc, CourierError):
+            sending.count_refusal(exc)
         count(err.code, FACE)
         await error_response(err)(scope, receive, send)
         return

@@ -18,7 +18,10 @@ address, and all bad tokens of one address wait together in the fair share.
 A send served ahead of the layers (``messaging.web.direct``) owes its token's
 request instead, and its admission script spends it before anything else
 (``Gate.authenticate(defer=True)``, ``Gate.settle`` for every other way out):
-the same one request from the same bucket, one round trip fewer.
+the same one request from the same bucket, one round trip fewer. A bucket an
+API process found empty is remembered until it has room again: meanwhile
+that token's sends spend at the gate and are refused before their bodies are
+read, as every other request is.
 A 401 names the Bearer scheme. A refusal is counted where answers leave
 (``messaging.web.refusals``), like every other; a refused send never reaches
 the send service, so it is no admission.
@@ -75,7 +78,9 @@ class Gate:
         """What the request's headers say of its caller (the token hashed once).
 
         ``defer``: a valid caller's request is not taken from its token's bucket
-        here but owed (``Auth.owed``), for its script to spend, or ``settle``.
+        here but owed (``Auth.owed``), for its script to spend, or ``settle``;
+        unless this process found the bucket empty lately: then it is taken
+        now, so that a token past its rate is refused before its body is read.
         """
         address = client_address(scope)
         anonymous = NO_TOKEN + address
@@ -95,7 +100,9 @@ class Gate:
             group = str(caller.project_id)
             bucket = keys.token_rate(group, token_hash)
         auth = Auth(caller, None, address, group, self.tokens.owed(bucket))
-        return auth if defer else await self.settle(auth)
+        if defer and not self.tokens.known_empty(bucket):
+            return auth
+        return await self.settle(auth)
 
     async def settle(self, auth: Auth) -> Auth:
         """``auth`` with its owed request spent (if no script spent it): as it was, or

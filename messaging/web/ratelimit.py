@@ -9,11 +9,15 @@ holds one second's worth of requests (at least one).
 from __future__ import annotations
 
 import math
+import time
 
 from messaging.errors import CourierError
+from messaging.store.facts import Lru
 from messaging.store.store import RateOwed, Store
 
 US_PER_S = 1_000_000
+# Buckets this process found empty lately, kept until they have room again.
+EMPTY_KEPT = 10_000
 
 
 class RateLimiter:
@@ -23,6 +27,8 @@ class RateLimiter:
         self.store, self.rate, self.what = store, rate_per_s, what
         self.interval_us = math.ceil(US_PER_S / rate_per_s) if rate_per_s > 0 else 0
         self.burst_us = math.ceil(max(rate_per_s, 1.0) * self.interval_us)
+        # bucket -> when (monotonic s) it has room again, as the store last said
+        self.empty: Lru[str, float] = Lru(EMPTY_KEPT)
 
     async def check(self, bucket: str) -> None:
         """Take one request from the bucket (a key of ``messaging.store.keys``).
@@ -50,7 +56,22 @@ class RateLimiter:
         wait_us = await self.store.take_request(owed.bucket, owed.interval_us, owed.burst_us)
         owed.spent = True
         if wait_us > 0:
-            raise self.refusal(wait_us)
+            raise self.emptied(owed.bucket, wait_us)
+
+    def emptied(self, bucket: str, wait_us: int) -> CourierError:
+        """The 429 of a bucket the store found empty, remembered until it has room."""
+        self.empty.put(bucket, time.monotonic() + wait_us / US_PER_S)
+        return self.refusal(wait_us)
+
+    def known_empty(self, bucket: str) -> bool:
+        """True while the bucket is empty as far as this process last heard."""
+        until = self.empty.get(bucket)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        self.empty.drop(bucket)
+        return False
 
     def refusal(self, wait_us: int) -> CourierError:
         """The 429 of an empty bucket, ``wait_us`` from room for one more."""

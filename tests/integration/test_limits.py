@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -178,6 +179,41 @@ def test_a_send_spends_one_request_of_its_token_whichever_step_answers_it(
     wait_until(lambda: len(bob.api.inbox(limit=100)["messages"]) >= created,
                what="the inbox")
     assert len(bob.api.inbox(limit=100)["messages"]) == created, way
+
+
+def test_a_send_refused_for_its_rate_is_no_admission_whatever_else_refuses_it(
+        lproject: Project):
+    alice = _register(lproject, "Alice")
+    stack, url = lproject.stack, lproject.stack.api_url
+    auth = {"Authorization": f"Bearer {alice.row['token']}"}
+    send = {"to": ["Alice"], "subject": "s", "body_md": "x", "sender_name": "Mallory"}
+    before = _counts(stack, "courier_admissions")
+    answers = burst([("POST", f"{url}/v1/messages", {"headers": auth, "json": send})]
+                    * 3 * RATE_PER_S)
+    limited = _refused(answers)
+    assert limited and {r.status_code for r in answers} == {403, 429}, answers
+    assert _moved(before, _counts(stack, "courier_admissions")) == {
+        "SENDER_MISMATCH": len(answers) - len(limited)}
+
+
+def test_a_token_found_past_its_rate_is_refused_before_its_next_body_is_read(
+        lproject: Project):
+    alice = _register(lproject, "Alice")
+    stack, token = lproject.stack, alice.row["token"]
+    send = {"to": ["Alice"], "subject": "s", "body_md": "x"}
+    answers = burst([("POST", f"{stack.api_url}/v1/messages",
+                      {"headers": {"Authorization": f"Bearer {token}"}, "json": send})]
+                    * 3 * RATE_PER_S)
+    assert _refused(answers)
+    # A send whose body never comes: its bucket is known empty, so its headers are
+    # enough (the API's one process answered the 429s above).
+    address = httpx.URL(stack.api_url)
+    with socket.create_connection((address.host, address.port), timeout=5) as conn:
+        conn.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: courier\r\n"
+                     b"Authorization: Bearer " + token.encode() + b"\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        reply = conn.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 429"), reply[:200]
 
 
 def test_requests_without_a_valid_token_are_limited_per_address(lproject: Project):

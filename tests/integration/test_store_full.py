@@ -60,6 +60,7 @@ def test_writes_answer_store_full_and_write_nothing(small: Stack) -> None:
         bob = admin.register_agent(p["project_id"], "Bob")
         with small.client(alice["token"]) as a, small.client(bob["token"]) as b:
             first = a.send(["Bob"], "Before", "# fits\n")
+            kept = a.send(["Bob"], "Kept", "# fits\n", idempotency_key="k-0")
             before = project_state(small, p["project_id"])
             keys_before = all_keys(small)
             with Full(small):
@@ -71,7 +72,13 @@ def test_writes_answer_store_full_and_write_nothing(small: Stack) -> None:
                 refused(lambda: admin.register_agent(p["project_id"], "Carol"))
                 with small.operator() as op:
                     refused(lambda: op.create_project(f"/srv/{uuid.uuid4().hex}"))
-                # Reads still work.
+                # Reads still work, and so do the answers a send gets before any write:
+                # a replay, a refused recipient (its rate spent all the same).
+                replayed = a.send(["Bob"], "Kept", "# fits\n", idempotency_key="k-0")
+                assert replayed["idempotent_replay"] is True and replayed["id"] == kept["id"]
+                with pytest.raises(CourierAPIError) as unknown:
+                    a.send(["Nobody"], "Full", "# no room\n")
+                assert unknown.value.status != 503, unknown.value.code
                 assert a.get_message(first["id"])["subject"] == "Before"
                 assert project_state(small, p["project_id"]) == before
                 assert all_keys(small) == keys_before
