@@ -344,7 +344,7 @@ class Store:
         """Run the admission script; returns its decoded answer.
 
         ``rate``: the request the caller owes to its rate bucket, spent by the
-        script before anything else.
+        script before anything else (unless it was spent already).
 
         Deliveries over a transport of ``ready_kinds`` join their ready sets in
         the same script; the answer's ``ready`` says how many per transport (and
@@ -380,7 +380,7 @@ class Store:
             keys.retention(project_id),
         ]
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
-        if rate is None:
+        if rate is None or rate.spent:
             raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
                                        [orjson.dumps(args), message_json])
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -21,8 +22,10 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from messaging import ids
 from messaging.config import Settings
 from messaging.runtime.publish import BatchPublisher, Publisher
+from messaging.store import keys
 from messaging.store.store import Store
 from messaging.web.deps import Services
 from messaging.web.direct import DirectSends
@@ -189,6 +192,30 @@ def test_a_refused_send_is_answered_by_the_front_and_counted(project: Project):
     (status, body), reached, counted = _run(project, requests)
     assert status == 422 and orjson.loads(body)["error"]["code"] == "RECIPIENT_NOT_FOUND"
     assert reached == [] and counted == 1
+
+
+RATE_PER_S = 5  # one request is 200 ms of a bucket
+
+
+def test_a_send_taken_from_its_bucket_at_the_gate_is_not_taken_from_again(project: Project):
+    # A process that found the bucket empty a moment ago takes a send's request at
+    # the gate (before its body); the admission then owes nothing more.
+    alice = project.agent("Alice")
+    project.agent("Bob")
+    bucket = keys.token_rate(project.project_id, ids.token_hash(alice.row["token"]))
+
+    async def requests(front: DirectSends, beneath: StandIn, app: Any) -> Any:
+        services = app.state.services
+        services.gate = Gate(services.store, services.operator_token, RATE_PER_S)
+        services.gate.tokens.empty.put(bucket, time.monotonic() + 60)
+        status, _ = await _request(front, app, alice.row["token"], json.dumps(SEND).encode())
+        full_at = int(await services.store.client.get(bucket))
+        seconds, micros = await services.store.client.time()
+        return status, full_at - (seconds * 1_000_000 + micros)
+
+    status, ahead_us = _run(project, requests)
+    assert status == 201
+    assert 0 < ahead_us <= 1_000_000 // RATE_PER_S, ahead_us  # one request, not two
 
 
 class ReadOnlyGate(Gate):
