@@ -392,7 +392,11 @@ class Store:
 
     async def _admit_owing(self, script_keys: list[str], args: Json, message_json: str,
                            rate: RateOwed) -> Any:
-        """The admission script's reply, the request owed to ``rate`` spent first."""
+        """The admission script's reply, the request owed to ``rate`` spent first.
+
+        Raises:
+            RateLimited: a full store refused the script, and the bucket was empty.
+        """
         try:
             raw = await self.ticks.run(
                 self.scripts["admit_message"], [*script_keys, rate.bucket],
@@ -405,7 +409,7 @@ class Store:
             wait_us = await self.take_request(rate.bucket, rate.interval_us, rate.burst_us)
             rate.spent = True
             if wait_us > 0:
-                return orjson.dumps({"status": "rate_limited", "wait_us": wait_us})
+                raise RateLimited(rate.bucket, wait_us) from None
             return await self.ticks.run(self.scripts["admit_message"], script_keys,
                                         [orjson.dumps(args), message_json])
         except redis.exceptions.ResponseError:
