@@ -24,6 +24,13 @@ The server's output comes through a pipe: every line goes to ``store.log``
 (bounded: past ``STORE_LOG_MAX_BYTES`` it becomes ``store.log.1``, replacing the
 one before), and its warnings also to this process's own log.
 
+The server forks a child to rewrite the AOF (and for a save): on a machine
+that runs the API and the workers beside it, that child would take CPU from
+the server itself for as long as it runs, and every delivery waits on the
+server. On Linux the child is scheduled only when the CPU would otherwise be
+idle (``SCHED_IDLE``; its log line names it, ``/proc`` says it is the server's
+child): a rewrite takes longer on a busy machine, the server keeps its pace.
+
 ``python -m messaging.runtime.embedded`` runs the store from the settings until
 SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
 set there is none to run: it then waits idle for the signal, so that a Procfile
@@ -35,6 +42,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -71,6 +79,9 @@ ROTATED_SUFFIX = ".1"
 # valkey-server's level mark in each line (pid:role date time MARK text): '#' is a warning.
 WARNING_MARK = " # "
 READER_JOIN_TIMEOUT_S = 2.0
+# The line the server logs when it forks a child to rewrite the AOF or to save.
+BACKGROUND_CHILD = re.compile(
+    rb"Background (?:append only file rewriting|saving) started by pid (\d+)")
 
 log = logging.getLogger("courier.store")
 
@@ -137,14 +148,42 @@ class BoundedLog:
         self._file.close()
 
 
-def copy_output(stream: IO[bytes], out: BoundedLog) -> None:
-    """Copy the server's output line by line to its log, and its warnings to ours."""
+def copy_output(stream: IO[bytes], out: BoundedLog, server_pid: int) -> None:
+    """Copy the server's output line by line to its log, and its warnings to ours;
+    a background child it forks is scheduled on idle CPU only as its line passes."""
     with stream:
         for line in iter(stream.readline, b""):
+            child = BACKGROUND_CHILD.search(line)
+            if child:
+                lower_priority(int(child[1]), server_pid)
             out.write(line)
             if WARNING_MARK in line[:48].decode(errors="replace"):
                 log.warning("valkey-server: %s", line.decode(errors="replace").rstrip())
     out.close()
+
+
+def parent_of(pid: int) -> int:
+    """The parent of process ``pid``, from Linux's ``/proc``.
+
+    Raises:
+        OSError: no such process, or no ``/proc``.
+    """
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    # pid (comm) state ppid ...: comm may hold anything but the last ')'
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def lower_priority(pid: int, server_pid: int) -> bool:
+    """Schedule ``pid``, if it is still ``server_pid``'s child, only on CPU time nothing
+    else wants (Linux's ``SCHED_IDLE``). False where it could not (not Linux, the child
+    gone)."""
+    try:
+        if parent_of(pid) != server_pid:
+            return False
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
 class EmbeddedStore:
@@ -269,7 +308,7 @@ class EmbeddedStore:
             assert stream is not None  # stdout=PIPE
             out = BoundedLog(self.log_path, self.log_max_bytes)
             self._reader = threading.Thread(target=copy_output, name="valkey-output",
-                                            args=(stream, out), daemon=True)
+                                            args=(stream, out, self._proc.pid), daemon=True)
             self._reader.start()
             self._wait_until_serving(self._proc, timeout_s)
         except BaseException:

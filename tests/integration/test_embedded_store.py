@@ -13,7 +13,13 @@ import pytest
 import redis
 
 from messaging.config import EMBEDDED_URL_FILE
-from messaging.runtime.embedded import EmbeddedStore, EmbeddedStoreError, wait_ready
+from messaging.runtime.embedded import (
+    EmbeddedStore,
+    EmbeddedStoreError,
+    lower_priority,
+    parent_of,
+    wait_ready,
+)
 from tests.stack import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,6 +89,51 @@ def test_stop_ends_the_server_process(tmp_path: Path) -> None:
     store.stop()
     with pytest.raises(TimeoutError):
         wait_ready(url, timeout_s=0.2)
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and parent_of(int(entry.name)) == pid:
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                    reason="needs Linux's /proc: elsewhere the store's children keep its priority")
+@pytest.mark.parametrize("command", ["BGREWRITEAOF", "BGSAVE"])
+def test_a_rewrite_or_save_child_runs_on_idle_cpu_only(store: EmbeddedStore,
+                                                         command: str) -> None:
+    assert store.pid is not None
+    policy = os.sched_getscheduler(store.pid)
+    with redis.Redis.from_url(store.url) as client:
+        client.mset({f"k{i}": "v" for i in range(30)})
+        # The child sleeps this long per key (microseconds): it lives about three seconds.
+        client.config_set("rdb-key-save-delay", 100_000)
+        client.execute_command(command)
+        child = wait_until(lambda: _children(store.pid or 0), 5, 0.005, "the child")[0]
+        wait_until(lambda: os.sched_getscheduler(child) == os.SCHED_IDLE, 2, 0.005,
+                   f"the child {child} on SCHED_IDLE")
+        assert os.sched_getscheduler(store.pid) == policy != os.SCHED_IDLE
+        client.config_set("rdb-key-save-delay", 0)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                    reason="needs Linux's /proc: elsewhere the store's children keep its priority")
+def test_only_the_servers_own_child_is_moved_to_idle_cpu() -> None:
+    with subprocess.Popen(["sleep", "30"]) as other:
+        try:
+            assert not lower_priority(other.pid, server_pid=other.pid)  # not its parent
+            assert os.sched_getscheduler(other.pid) != os.SCHED_IDLE
+            assert lower_priority(other.pid, server_pid=os.getpid())
+            assert os.sched_getscheduler(other.pid) == os.SCHED_IDLE
+        finally:
+            other.kill()
+    assert not lower_priority(other.pid, server_pid=os.getpid())  # gone
 
 
 def test_wait_ready_returns_once_the_store_answers(store: EmbeddedStore) -> None:
