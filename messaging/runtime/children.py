@@ -33,13 +33,14 @@ COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """On Linux, have this process get SIGTERM when its parent dies (a supervisor killed
     with SIGKILL leaves no child serving on); elsewhere nothing. A parent already gone
-    ends this process at once."""
+    ends this process at once: ``parent`` is its pid as this process was started (an
+    orphan's parent is another process by now), else the one it has."""
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)

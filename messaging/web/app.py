@@ -111,8 +111,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
-        if multiprocessing.parent_process() is not None:
-            die_with_parent()  # one of several API processes, under uvicorn's supervisor
+        supervisor = multiprocessing.parent_process()
+        if supervisor is not None:  # one of several API processes, under uvicorn's supervisor
+            die_with_parent(supervisor.pid)
         quiet_per_event_logs(settings)
         # The server's own start lines go to uvicorn's logger, which every run shows.
         started = logging.getLogger("uvicorn.error")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import Project
-from tests.stack import Proc, Stack
+from tests.stack import Proc, Stack, free_port, wait_until
 
 # Its tests start processes of their own (stacks, API processes, `courier up`, the
 # CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
@@ -127,10 +127,21 @@ def _refusals(metrics: str, code: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def test_killing_the_api_s_supervisor_leaves_no_process_serving_its_port(stack: Stack):
-    api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
-    try:
+@pytest.mark.parametrize("when", ["answering", "starting"])
+def test_killing_the_api_s_supervisor_leaves_no_process_serving_its_port(stack: Stack,
+                                                                         when: str):
+    if when == "answering":
+        api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2"})
         serving = _serving(api)
+    else:  # killed before its processes have started the app
+        port = free_port()
+        env = {"COURIER_API_PROCESSES": "2", "COURIER_HOST": "127.0.0.1",
+               "COURIER_PORT": str(port)}
+        api, url = stack.spawn("api", stack.procfile_argv("api", env), env), \
+            f"http://127.0.0.1:{port}"
+        serving = wait_until(lambda: len(found := _serving(api)) == 2 and found, 30, 0.005,
+                             "the API's two processes")
+    try:
         assert len(serving) == 2, serving
         api.popen.kill()  # SIGKILL: uvicorn's supervisor cannot stop its processes itself
         api.popen.wait(10)
@@ -214,3 +225,4 @@ def test_each_api_process_listens_on_a_socket_of_its_own_and_a_new_one_too(stack
             assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
     finally:
         api.stop()
+
