@@ -1,4 +1,5 @@
-"""Several API processes act as one: rate limits, stream caps and /metrics span them.
+"""Several API processes act as one: rate limits, stream caps and /metrics span them,
+and each gives every project its fair share.
 
 Two kinds of several: two API processes on two ports (as on two machines), and
 one API of two processes on one port (``COURIER_API_PROCESSES``), whose
@@ -11,13 +12,17 @@ import asyncio
 import os
 import re
 import signal
+import statistics
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench import loadgen
+from bench.population import populate, ring, ring_sends, send_request
 from tests.integration.conftest import Project
 from tests.stack import Proc, Stack, free_port, wait_until
 
@@ -28,6 +33,11 @@ pytestmark = pytest.mark.slow
 RATE_PER_S = 5
 STREAMS_PER_AGENT = 4
 REQUESTS = 20
+# A project's flood: connections at once, and for how long (the other project
+# sends while it runs, starting a second in).
+FLOOD_CONNECTIONS = 128
+FLOOD_S = 6.0
+OTHER_SENDS = 40
 
 
 @pytest.fixture
@@ -226,3 +236,34 @@ def test_each_api_process_listens_on_a_socket_of_its_own_and_a_new_one_too(stack
     finally:
         api.stop()
 
+
+def test_another_project_s_sends_pass_a_flood_on_an_api_of_two_processes(stack: Stack):
+    api, url = stack.start_api(env={"COURIER_API_PROCESSES": "2",
+                                    "COURIER_RATE_LIMIT_PER_S": "0"})
+    try:
+        a = populate(url, stack.operator_token, ring(8))
+        b = populate(url, stack.operator_token, ["Bob", "Carol"])
+        flood = loadgen.LoadSpec(url, ring_sends(a), concurrency=FLOOD_CONNECTIONS,
+                                 duration_s=FLOOD_S, warmup_s=0)
+        send = send_request(b.agent("Bob"), "Carol")
+        b_ms = []
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(loadgen.run, flood)
+            time.sleep(1.0)
+            for _ in range(OTHER_SENDS):
+                # A connection of its own each time: the kernel hands them to either process.
+                with httpx.Client(base_url=url, timeout=30) as client:
+                    started = time.perf_counter()
+                    answer = client.post(send.path, headers=send.headers, content=send.body)
+                    b_ms.append(1000 * (time.perf_counter() - started))
+                assert answer.status_code == 201, answer.text
+            assert not running.done(), "the flood ended before the other project's sends"
+            flooded = running.result()
+        assert set(flooded.statuses) == {"201"} and not flooded.errors, flooded.statuses
+        a_ms = flooded.latencies_ms
+        # A's sends wait in line behind its own few in progress in each process; B's
+        # take a turn of their own at once (without the fair share, B waits as A does).
+        assert statistics.median(b_ms) * 3 < statistics.median(a_ms), (
+            statistics.median(b_ms), statistics.median(a_ms))
+    finally:
+        api.stop()
