@@ -27,8 +27,9 @@ as it sent alone, and the p99 of all of them is B's figure beside B alone's.
 
 Beside B's p99, the p99 of B's sends clear of the store's AOF rewrites (none
 under way between the send and its delivery), from the store's log: on one
-small machine a rewrite's child takes a core for a second or more, and that,
-not the order of the queues, is where B's worst waits fall.
+small machine a rewrite's child shares the cores with everything else (the
+embedded store runs it on idle CPU only, which takes most of its cost off the
+server), and that, not the order of the queues, is where B's worst waits fell.
 
 Every message of A and B must be delivered exactly once, or the run is void.
 """
