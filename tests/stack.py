@@ -30,7 +30,7 @@ from bench.procs import Proc
 from messaging.client import CourierClient
 from messaging.config import parse_bytes
 from messaging.runtime import procfile, workerpool
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.runtime.embedded import EmbeddedStore, parent_of
 from messaging.store import connect, keys
 from tests.cluster import EmbeddedCluster
 
@@ -52,6 +52,18 @@ def _outgoing_ports_start() -> int:
 # here cannot be taken by some process's outbound socket before its server binds
 # it (a port from bind(0) can, and did).
 _PORTS = range(10000, max(10001, _outgoing_ports_start()))
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and parent_of(int(entry.name)) == pid:
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    return found
 
 
 def free_port() -> int:

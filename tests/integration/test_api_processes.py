@@ -24,7 +24,7 @@ import pytest
 from bench import loadgen
 from bench.population import populate, ring, ring_sends, send_request
 from tests.integration.conftest import Project
-from tests.stack import Proc, Stack, free_port, wait_until
+from tests.stack import Proc, Stack, children, free_port, wait_until
 
 # Its tests start processes of their own (stacks, API processes, `courier up`, the
 # CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
@@ -118,19 +118,6 @@ def test_an_agent_s_streams_are_capped_across_two_api_processes(project: Project
     assert asyncio.run(scenario()) == [200] * STREAMS_PER_AGENT + [429]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _refusals(metrics: str, code: str) -> float:
     found = re.search(rf'^courier_refusals_total\{{code="{code}",face="http"\}} (\S+)$',
                       metrics, re.M)
@@ -167,7 +154,7 @@ def test_killing_the_api_s_supervisor_leaves_no_process_serving_its_port(stack: 
 
 def _serving(api: Proc) -> list[int]:
     """The API processes uvicorn's supervisor ``api`` started."""
-    return [pid for pid in _children(api.popen.pid)
+    return [pid for pid in children(api.popen.pid)
             if b"spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 

@@ -29,7 +29,7 @@ from messaging.service.sending import WARN_BROKER, WARN_UNCONFIRMED
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
 from tests.integration.conftest import Agent, Project, open_project
-from tests.stack import Proc, Stack, free_port, make_stack, wait_until
+from tests.stack import Proc, Stack, children, free_port, make_stack, wait_until
 
 STAGES = ["admitted", "target_selected", "dispatch_started", "provider_result_recorded",
           "delivery_observed"]
@@ -95,19 +95,6 @@ def delivery_hash(stack: Stack, project_id: str, delivery_id: str) -> dict[str, 
         return r.hgetall(keys.delivery(project_id, delivery_id))
     finally:
         r.close()
-
-
-def pool_children(worker: Proc) -> list[int]:
-    """Pids of the worker's pool processes (its children)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == worker.popen.pid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 # fixtures
@@ -537,7 +524,7 @@ def test_a_worker_killed_mid_dispatch_leaves_each_message_in_each_inbox_once(
             doomed = stack.start_worker(queues=queue_for("inbox"), concurrency=2, beat=False)
 
             def frozen_mid_dispatch() -> bool:
-                pool = pool_children(doomed)
+                pool = children(doomed.popen.pid)
                 freeze(pool)
                 if "dispatch_started" in field("stage"):
                     return True

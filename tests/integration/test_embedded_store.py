@@ -17,13 +17,15 @@ from messaging.runtime.embedded import (
     EmbeddedStore,
     EmbeddedStoreError,
     lower_priority,
-    parent_of,
     wait_ready,
 )
-from tests.stack import free_port, wait_until
+from tests.stack import children, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
+LINUX_PROC = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(),
+    reason="needs Linux's /proc: elsewhere the store's children keep its priority")
 
 
 @pytest.fixture
@@ -91,20 +93,7 @@ def test_stop_ends_the_server_process(tmp_path: Path) -> None:
         wait_ready(url, timeout_s=0.2)
 
 
-def _children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and parent_of(int(entry.name)) == pid:
-                found.append(int(entry.name))
-        except OSError:
-            continue  # gone meanwhile
-    return found
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(),
-                    reason="needs Linux's /proc: elsewhere the store's children keep its priority")
+@LINUX_PROC
 @pytest.mark.parametrize("command", ["BGREWRITEAOF", "BGSAVE"])
 def test_a_rewrite_or_save_child_runs_on_idle_cpu_only(store: EmbeddedStore,
                                                          command: str) -> None:
@@ -115,15 +104,14 @@ def test_a_rewrite_or_save_child_runs_on_idle_cpu_only(store: EmbeddedStore,
         # The child sleeps this long per key (microseconds): it lives about three seconds.
         client.config_set("rdb-key-save-delay", 100_000)
         client.execute_command(command)
-        child = wait_until(lambda: _children(store.pid or 0), 5, 0.005, "the child")[0]
+        child = wait_until(lambda: children(store.pid or 0), 5, 0.005, "the child")[0]
         wait_until(lambda: os.sched_getscheduler(child) == os.SCHED_IDLE, 2, 0.005,
                    f"the child {child} on SCHED_IDLE")
         assert os.sched_getscheduler(store.pid) == policy != os.SCHED_IDLE
         client.config_set("rdb-key-save-delay", 0)
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(),
-                    reason="needs Linux's /proc: elsewhere the store's children keep its priority")
+@LINUX_PROC
 def test_only_the_servers_own_child_is_moved_to_idle_cpu() -> None:
     with subprocess.Popen(["sleep", "30"]) as other:
         try:
