@@ -45,6 +45,8 @@ class KindPolicy(BaseModel):
     lease_s: float | None = Field(default=None, gt=0)
     retry_schedule_s: list[Annotated[float, Field(ge=0)]] | None = Field(default=None,
                                                                          max_length=100)
+    in_flight_per_project: int | None = Field(default=None, ge=0)
+    in_flight_per_endpoint: int | None = Field(default=None, ge=0)
 
 
 class Settings(BaseSettings):
@@ -74,7 +76,15 @@ class Settings(BaseSettings):
     webhook_allow: str = Field(default="127.0.0.0/8,::1", description=(
         "Hosts and networks webhooks may reach, comma separated."))
     webhook_timeout_s: float = Field(default=10.0, gt=0, description=(
-        "One webhook request's timeout."))
+        "One webhook request's deadline, for the whole exchange: connect, send the request,"
+        " read the answer. Past it after sending, the outcome is `unknown`."))
+    webhook_in_flight_per_project: int = Field(default=8, ge=0, description=(
+        "Webhook requests of one project under way at once, across every worker (`0`: no"
+        " cap); the rest wait their turn, so one slow receiver holds only its share of the"
+        " webhook workers."))
+    webhook_in_flight_per_endpoint: int = Field(default=4, ge=0, description=(
+        "Webhook requests to one agent's endpoint under way at once, across every worker"
+        " (`0`: no cap)."))
     webhook_retry_schedule_s: str = Field(default="1,5,30,300,1800", description=(
         "Waits between webhook attempts that failed before hand-off, comma separated."))
     rate_limit_per_s: float = Field(default=200.0, ge=0, description=(

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -27,7 +29,7 @@ from messaging import transports
 from messaging.config import Settings
 from messaging.errors import from_validation
 from messaging.service.views import message_view
-from messaging.store.deliveries import DeliveryStore, EndpointHealth, Leased, Result
+from messaging.store.deliveries import Caps, DeliveryStore, EndpointHealth, Leased, Result
 from messaging.transports import policy
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 from messaging.types import Json
@@ -41,16 +43,55 @@ class LeaseLost(RuntimeError):
     """Another worker owns the delivery now: the request must not leave."""
 
 
-_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+# While a task waits on requests under way, it looks this often whether another
+# project waits: then it leaves them to end on their threads, each recording its
+# own outcome, and goes on.
+WAIT_ROUND_S = 0.01
+# A delivery left for a transport's cap on requests under way is due again after
+# this (the sweeper publishes it), unless the task that left it sees one of its
+# own requests end first and leases it again then.
+BUSY_MS = 1000
 
 
-def pool(size: int) -> ThreadPoolExecutor:
-    """This process's threads for transports that carry several deliveries at once
-    (made after fork, never shared across it)."""
+class Threads:
+    """A process's threads for a transport that carries several deliveries at once,
+    and how many are free: a task takes one for each delivery before leasing it;
+    the request gives it back as it ends, whether or not its task still waits.
+    Made after fork, never shared across it."""
+
+    def __init__(self, size: int) -> None:
+        self.pool = ThreadPoolExecutor(size, thread_name_prefix="carry")
+        self._free = size
+        self._changed = threading.Condition()
+
+    def take(self, most: int, wait_for_one: bool) -> int:
+        """Up to ``most`` free threads (0 when none is free, unless told to wait for one)."""
+        with self._changed:
+            while wait_for_one and self._free == 0:
+                self._changed.wait()
+            taken = min(most, self._free)
+            self._free -= taken
+            return taken
+
+    def give(self, count: int = 1) -> None:
+        """Give threads back."""
+        if count:
+            with self._changed:
+                self._free += count
+                self._changed.notify_all()
+
+
+_threads: dict[tuple[int, int], Threads] = {}
+_making = threading.Lock()
+
+
+def threads(size: int) -> Threads:
+    """This process's threads of that size."""
     key = (os.getpid(), size)
-    if key not in _pools:
-        _pools[key] = ThreadPoolExecutor(size, thread_name_prefix="carry")
-    return _pools[key]
+    with _making:
+        if key not in _threads:
+            _threads[key] = Threads(size)
+        return _threads[key]
 
 
 def health(settings: Settings) -> EndpointHealth:
@@ -81,28 +122,31 @@ class Dispatcher:
         self.store, self.settings = store, settings
         self.health = health(settings)
 
-    def run(self, transport: Transport, project_id: str,
-            delivery_ids: list[str]) -> tuple[Counter[str], list[Leased]]:
+    def run(self, transport: Transport, project_id: str, delivery_ids: list[str],
+            give_way: Callable[[], bool] | None = None) -> tuple[Counter[str], list[Leased]]:
         """Lease what is free of these deliveries, carry it, record.
 
-        Returns the outcomes recorded, by kind, and what was leased.
+        ``give_way`` answers whether another project waits: a transport that
+        carries several at once then leaves its slow requests running (each
+        records its own outcome) and returns. Returns the outcomes recorded, by
+        kind (``running``: left to record themselves), and what was leased.
         """
-        lease_ms = int(policy.policy(transport.kind, self.settings).lease_s * 1000)
+        chosen = policy.policy(transport.kind, self.settings)
+        lease_ms = int(chosen.lease_s * 1000)
         if transport.idempotent:
             leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
-        # Leases taken just before their requests leave, for as many at a time
-        # as the transport carries at once: a lease never runs out while its
-        # delivery waits behind others in the same task.
-        step = max(1, transport.parallel)
+        caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS)
+        if transport.parallel > 1:
+            return self._carry_at_once(transport, project_id, delivery_ids, lease_ms, caps,
+                                       give_way)
+        # Each lease taken just before its request leaves: a lease never runs out
+        # while its delivery waits behind others in the same task.
         counts: Counter[str] = Counter()
         every: list[Leased] = []
-        for at in range(0, len(delivery_ids), step):
-            leased = self.store.lease(project_id, delivery_ids[at:at + step], lease_ms, False)
-            if len(leased) > 1:
-                counts += self._carry_at_once(transport, project_id, leased)
-            else:
-                counts += self._carry(transport, project_id, leased)
+        for delivery_id in delivery_ids:
+            leased, _ = self.store.lease_within(project_id, [delivery_id], lease_ms, False, caps)
+            counts += self._carry(transport, project_id, leased)
             every += leased
         return counts, every
 
@@ -124,33 +168,76 @@ class Dispatcher:
                 outcomes.append(item)
         return self._record(transport, project_id, leased, outcomes)
 
-    def _carry_at_once(self, transport: Transport, project_id: str,
-                       leased: list[Leased]) -> Counter[str]:
-        """Carry each delivery on a thread of its own; record outcomes as they come,
-        so a slow receiver never holds up what the others answered."""
-        prepared = self._prepare(transport, project_id, leased)
-        ready: list[tuple[Leased, Outcome]] = []
+    def _carry_at_once(self, transport: Transport, project_id: str, delivery_ids: list[str],
+                       lease_ms: int, caps: Caps, give_way: Callable[[], bool] | None,
+                       ) -> tuple[Counter[str], list[Leased]]:
+        """Carry each delivery on a thread of its own, leased just before it leaves,
+        as threads are free; record outcomes as they come, so a slow receiver never
+        holds up what the others answered.
+
+        A delivery left for a cap is leased again when one of these requests
+        ends; when another project waits, the requests still under way are left
+        to record their own outcomes.
+        """
+        carriers = threads(transport.parallel)
+        todo, busy = list(delivery_ids), []
         running: dict[Future[Outcome | BaseException], tuple[Leased, Delivery]] = {}
-        for lease, item in zip(leased, prepared, strict=True):
-            if isinstance(item, Delivery):
-                running[pool(transport.parallel).submit(_deliver_one, transport, item)] = (
-                    lease, item)
-            else:
-                ready.append((lease, item))
         counts: Counter[str] = Counter()
-        waiting = set(running)
-        while waiting:
-            finished, waiting = wait(waiting, return_when=FIRST_COMPLETED)
-            for future in finished:
-                lease, delivery = running[future]
-                ready.append((lease, self._judge(transport, delivery, future.result())))
-            counts += self._record(transport, project_id, [r[0] for r in ready],
-                                   [r[1] for r in ready])
-            ready = []
-        if ready:
-            counts += self._record(transport, project_id, [r[0] for r in ready],
-                                   [r[1] for r in ready])
-        return counts
+        every: list[Leased] = []
+        while todo or running:
+            taken = carriers.take(len(todo), wait_for_one=not running) if todo else 0
+            if taken:
+                chunk, todo = todo[:taken], todo[taken:]
+                leased, left = self.store.lease_within(project_id, chunk, lease_ms, False, caps)
+                carriers.give(taken - len(leased))
+                busy += left
+                every += leased
+                counts += self._start(transport, project_id, leased, carriers, running)
+            if not running:
+                continue
+            finished, _ = wait(running, timeout=WAIT_ROUND_S, return_when=FIRST_COMPLETED)
+            if finished:
+                done = [(*running.pop(f), f.result()) for f in finished]
+                counts += self._record(transport, project_id, [d[0] for d in done],
+                                       [self._judge(transport, d[1], d[2]) for d in done])
+                todo, busy = busy + todo, []
+            elif give_way is not None and give_way():
+                for future, (lease, delivery) in running.items():
+                    future.add_done_callback(self._later(transport, project_id, lease, delivery))
+                counts["running"] += len(running)
+                break
+        return counts, every
+
+    def _start(self, transport: Transport, project_id: str, leased: list[Leased],
+               carriers: Threads,
+               running: dict[Future[Outcome | BaseException], tuple[Leased, Delivery]],
+               ) -> Counter[str]:
+        """Start each leased delivery's request on a thread taken for it; record at once
+        what failed before it could leave."""
+        failed: list[tuple[Leased, Outcome]] = []
+        for lease, item in zip(leased, self._prepare(transport, project_id, leased),
+                               strict=True):
+            if isinstance(item, Delivery):
+                future = carriers.pool.submit(_deliver_one, transport, item)
+                future.add_done_callback(lambda _: carriers.give())
+                running[future] = (lease, item)
+            else:
+                carriers.give()
+                failed.append((lease, item))
+        return self._record(transport, project_id, [f[0] for f in failed],
+                            [f[1] for f in failed])
+
+    def _later(self, transport: Transport, project_id: str, lease: Leased,
+               delivery: Delivery) -> Callable[[Future[Outcome | BaseException]], None]:
+        """What records a request's outcome once it ends, after its task went on."""
+        def record(future: Future[Outcome | BaseException]) -> None:
+            try:
+                self._record(transport, project_id, [lease],
+                             [self._judge(transport, delivery, future.result())])
+            except Exception as e:  # its lease runs out: the sweeper records it
+                log.warning("delivery %s: outcome not recorded: %s", lease.delivery_id,
+                            _error(e))
+        return record
 
     def _prepare(self, transport: Transport, project_id: str,
                  leased: list[Leased]) -> list[Delivery | Outcome]:
@@ -218,6 +305,8 @@ class Dispatcher:
 
     def _record(self, transport: Transport, project_id: str, leased: list[Leased],
                 outcomes: list[Outcome]) -> Counter[str]:
+        if not leased:
+            return Counter()
         schedule = policy.policy(transport.kind, self.settings).retry_schedule_s
         results = [self._result(schedule, lease, outcome)
                    for lease, outcome in zip(leased, outcomes, strict=True)]

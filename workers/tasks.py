@@ -179,8 +179,9 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
             break
         leased: list[Leased] = []
         if taken.delivery_ids:
-            more, leased = Dispatcher(store(), get_settings()).run(carrier, project_id,
-                                                                   taken.delivery_ids)
+            more, leased = Dispatcher(store(), get_settings()).run(
+                carrier, project_id, taken.delivery_ids,
+                give_way=lambda: store().ring_others(queue, project_id) > 0)
             counts += more
             done += len(taken.delivery_ids)
         held = taken.held_open

@@ -14,6 +14,8 @@ from messaging.types import Json
 
 SWEEP_BATCH = 500
 LEASE_FIELDS = 9
+# lease_deliveries' KEYS index (from 1) of the first delivery hash.
+FIRST_DELIVERY_KEY = 4
 # Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
 DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 INF = "inf"
@@ -75,6 +77,16 @@ class Result:
 
 
 @dataclass(frozen=True)
+class Caps:
+    """Requests of a transport under way at once (0: no cap), and how long a delivery
+    left for a cap waits before it is due again."""
+
+    per_project: int = 0
+    per_endpoint: int = 0
+    busy_ms: int = 0
+
+
+@dataclass(frozen=True)
 class EndpointHealth:
     """When an endpoint counts as unhealthy, and how often it is probed then."""
 
@@ -111,19 +123,28 @@ class DeliveryStore:
         self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool
     ) -> list[Leased]:
         """Take the dispatch lease of each free delivery; the rest are someone else's."""
-        raw = self.scripts["lease_deliveries"](
-            keys=[keys.due(project_id), keys.agents(project_id)]
+        return self.lease_within(project_id, delivery_ids, lease_ms, idempotent, Caps())[0]
+
+    def lease_within(
+        self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool,
+        caps: Caps,
+    ) -> tuple[list[Leased], list[str]]:
+        """Lease like ``lease``, within the caps on requests under way: what was leased,
+        and the free deliveries left for a cap (due again after ``caps.busy_ms``)."""
+        raw, busy = self.scripts["lease_deliveries"](
+            keys=[keys.due(project_id), keys.agents(project_id), keys.in_flight(project_id)]
             + [keys.delivery(project_id, d) for d in delivery_ids],
-            args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0"],
+            args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0",
+                  str(caps.per_project), str(caps.per_endpoint), str(caps.busy_ms)],
         )
         out = []
         for i in range(0, len(raw), LEASE_FIELDS):
             index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted, \
                 agent = raw[i : i + LEASE_FIELDS]
-            out.append(Leased(delivery_ids[int(index) - 3], int(fence), agent_id, message_id,
-                              sender_id, int(attempt), int(round_attempt), int(admitted),
-                              agent))
-        return out
+            out.append(Leased(delivery_ids[int(index) - FIRST_DELIVERY_KEY], int(fence),
+                              agent_id, message_id, sender_id, int(attempt), int(round_attempt),
+                              int(admitted), agent))
+        return out, [delivery_ids[int(index) - FIRST_DELIVERY_KEY] for index in busy]
 
     def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
         """Put leased deliveries in their inboxes (once each); False where the lease was lost."""
@@ -164,7 +185,8 @@ class DeliveryStore:
         """Record attempts' outcomes, each under its token; False where the lease was lost."""
         if not recorded:
             return []
-        script_keys = [keys.due(project_id), keys.agents(project_id), keys.stats(project_id)]
+        script_keys = [keys.due(project_id), keys.agents(project_id), keys.stats(project_id),
+                       keys.in_flight(project_id)]
         args = [str(now_us()), str(keys.EVENTS_MAXLEN), str(health.failures),
                 str(health.after_ms), str(health.probe_ms), str(now_ms())]
         for lease, result in recorded:

@@ -45,6 +45,10 @@ Per project, prefix ``courier:{p:<project_id>}``:
     :inbox:<agent_id>                      zset   delivery_id by sequence at arrival  no TTL
     :due                                   zset   delivery_id by due time (ms): the
                                                   outbox and the retry schedule       no TTL
+    :in_flight                             zset   "<agent_id> <delivery_id>" of the requests
+                                                  a capped transport (webhooks) has under
+                                                  way, by lease end (ms): what its caps per
+                                                  project and per endpoint count    lease
     :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
     :stats                                 hash   counters for /metrics: outcome:<kind>,
                                                   observed, dispatch_ms_le:<bound>,
@@ -188,6 +192,11 @@ def refs(project_id: str) -> str:
 def due(project_id: str) -> str:
     """Deliveries by the time they are due for (re)publishing."""
     return f"{_p(project_id)}:due"
+
+
+def in_flight(project_id: str) -> str:
+    """The project's requests under way on transports with concurrency caps."""
+    return f"{_p(project_id)}:in_flight"
 
 
 def stats(project_id: str) -> str:

@@ -1,4 +1,5 @@
-"""Deployment policy per transport kind: queues, worker processes, prefetch, lease, retries.
+"""Deployment policy per transport kind: queues, worker processes, prefetch, lease, retries,
+requests under way at once.
 
 None of it is a transport's nature: the operator sets it per kind in
 ``COURIER_TRANSPORT_POLICY``. What is left out comes from the kind's defaults:
@@ -28,6 +29,11 @@ class Policy:
     lease_s: float = 30.0
     # Waits before each retry of a delivery that failed before hand-off; past the last, failed.
     retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
+    # Requests under way at once, across every worker, of one project and to one
+    # recipient's endpoint (0: no cap). Only for transports that are not idempotent
+    # and carry several at once (their requests wait on a receiver).
+    in_flight_per_project: int = 0
+    in_flight_per_endpoint: int = 0
 
 
 DEFAULT = Policy()
@@ -45,7 +51,9 @@ def _builtin(kind: str, settings: Settings) -> Policy:
                        retry_schedule_s=tuple(settings.retry_schedule_s))
     if kind == "webhook":
         lease_s = settings.webhook_timeout_s + settings.webhook_lease_margin_s
-        return replace(DEFAULT, lease_s=lease_s, retry_schedule_s=tuple(settings.retry_schedule_s))
+        return replace(DEFAULT, lease_s=lease_s, retry_schedule_s=tuple(settings.retry_schedule_s),
+                       in_flight_per_project=settings.webhook_in_flight_per_project,
+                       in_flight_per_endpoint=settings.webhook_in_flight_per_endpoint)
     return DEFAULT
 
 

@@ -1,15 +1,20 @@
 -- lease_deliveries: take the dispatch lease of each delivery that is free,
 -- with a fresh fencing token, and record the attempt before any I/O.
 --
--- KEYS[1]     due     zset  delivery ids by due time (ms)
--- KEYS[2]     agents  hash  agent_id -> agent JSON (a webhook endpoint's health)
--- KEYS[3..]   dlv     hash  one delivery each
+-- KEYS[1]     due        zset  delivery ids by due time (ms)
+-- KEYS[2]     agents     hash  agent_id -> agent JSON (a webhook endpoint's health)
+-- KEYS[3]     in_flight  zset  "<agent_id> <delivery_id>" of capped requests under
+--                              way, by lease end (ms)
+-- KEYS[4..]   dlv        hash  one delivery each
 --
 -- ARGV[1]  now, ms (decimal string)
--- now_us  now, us (decimal string)
+-- ARGV[2]  now, us (decimal string)
 -- ARGV[3]  lease length, ms
 -- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
 --          lease may then be taken over), "0" otherwise
+-- ARGV[5]  requests of the project under way at once, at most ("0": no cap)
+-- ARGV[6]  requests to one recipient's endpoint under way at once, at most ("0": no cap)
+-- ARGV[7]  how long a delivery left for a cap waits before it is due again, ms
 --
 -- A delivery is free when it is admitted or selected; or waiting for a retry
 -- (or a redrive) whose time has come and no one holds it; or, for idempotent
@@ -21,27 +26,55 @@
 -- A held delivery or one whose target is pending is never free.
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
+-- With caps, a lease counts as under way until its outcome is recorded or
+-- the lease ends; a free delivery past a cap is not leased ("busy"): it is
+-- due again after ARGV[7] ms, and nothing of it changes.
 --
--- Returns a flat array, 9 fields per leased delivery: its index in KEYS (from
--- 3), fence, agent id, message id, sender id, attempt number, the attempt
--- number within this round (attempts since admission or the last redrive),
--- when it was admitted (us), and the recipient agent's JSON ("" when it is
--- gone), read with the lease so that preparing the request needs no other read.
+-- Returns {leased, busy}: leased a flat array, 9 fields per leased delivery:
+-- its index in KEYS (from 4), fence, agent id, message id, sender id, attempt
+-- number, the attempt number within this round (attempts since admission or
+-- the last redrive), when it was admitted (us), and the recipient agent's
+-- JSON ("" when it is gone), read with the lease so that preparing the
+-- request needs no other read; busy the KEYS index of each delivery left for
+-- a cap.
 
 local due_key = KEYS[1]
 local agents_key = KEYS[2]
+local in_flight_key = KEYS[3]
 -- The delivery hashes, by their index in KEYS (answered back to the caller).
 local dlv_keys = {}
-for i = 3, #KEYS do dlv_keys[i] = KEYS[i] end
+for i = 4, #KEYS do dlv_keys[i] = KEYS[i] end
 local now_ms = tonumber(ARGV[1])
 local now_us = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
 local idempotent = ARGV[4]
+local project_cap = tonumber(ARGV[5])
+local endpoint_cap = tonumber(ARGV[6])
+local busy_ms = tonumber(ARGV[7])
 
 local lease_until = string.format("%d", now_ms + lease_ms)
 local out = {}
+local busy = {}
 local agents = {}
 local holds = {}
+
+-- What is under way (leases that ended count no more): in all, and per agent.
+local capped = project_cap > 0 or endpoint_cap > 0
+local under_way, per_agent = 0, {}
+if capped then
+  redis.call("ZREMRANGEBYSCORE", in_flight_key, "-inf", "(" .. now_ms)
+  for _, member in ipairs(redis.call("ZRANGE", in_flight_key, 0, -1)) do
+    local agent_id = string.match(member, "^%S+")
+    per_agent[agent_id] = (per_agent[agent_id] or 0) + 1
+    under_way = under_way + 1
+  end
+end
+
+-- Whether one more request to this agent stays within the caps.
+local function within_caps(agent_id)
+  if project_cap > 0 and under_way >= project_cap then return false end
+  return endpoint_cap == 0 or (per_agent[agent_id] or 0) < endpoint_cap
+end
 
 -- The recipient agent's JSON ("" when it is gone), read once per script.
 local function agent_json(agent_id)
@@ -66,7 +99,7 @@ local function held_until(agent_id)
   return holds[agent_id]
 end
 
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local dlv = dlv_keys[i]
   local d = redis.call("HMGET", dlv, "stage", "lease_until_ms", "retry_at_ms", "fence",
     "agent_id", "message_id", "attempts", "id", "dispatch_started_us", "outcome", "redrive",
@@ -93,6 +126,11 @@ for i = 3, #KEYS do
       redis.call("ZADD", due_key, string.format("%d", hold), d[8])
     end
   end
+  if free and capped and not within_caps(d[5]) then
+    free = false
+    table.insert(busy, i)
+    redis.call("ZADD", due_key, string.format("%d", now_ms + busy_ms), d[8])
+  end
   if free then
     local fence = tonumber(d[4]) + 1
     local attempts = cjson.decode(d[7])
@@ -113,10 +151,15 @@ for i = 3, #KEYS do
     if d[17] then table.insert(gone, "sweeps") end
     if #gone > 0 then redis.call("HDEL", dlv, unpack(gone)) end
     redis.call("ZADD", due_key, lease_until, d[8])
+    if capped then
+      redis.call("ZADD", in_flight_key, lease_until, d[5] .. " " .. d[8])
+      per_agent[d[5]] = (per_agent[d[5]] or 0) + 1
+      under_way = under_way + 1
+    end
     for _, v in ipairs({i, fence, d[5], d[6], d[12] or "", n, n - tonumber(d[13] or "0"),
         d[14], agent_json(d[5])}) do
       table.insert(out, v)
     end
   end
 end
-return out
+return {out, busy}

@@ -5,8 +5,9 @@
 --
 -- KEYS[1]     due     zset    delivery ids by due time (ms)
 -- KEYS[2]     agents  hash    agent_id -> agent JSON (the endpoint's health)
--- KEYS[3]     stats   hash    delivery counters
--- KEYS[4..]   two per delivery: its dlv hash, its sender's events stream
+-- KEYS[3]     stats      hash  delivery counters
+-- KEYS[4]     in_flight  zset  capped requests under way (lease_deliveries)
+-- KEYS[5..]   two per delivery: its dlv hash, its sender's events stream
 --
 -- ARGV[1]  now, us (decimal string)
 -- ARGV[2]  events stream cap (approximate MAXLEN)
@@ -28,11 +29,14 @@
 --
 -- Idle notices come from `courier`, which has no event stream to tell.
 --
+-- A recorded attempt is no longer under way, for the caps of lease_deliveries.
+--
 -- Returns one flag per delivery: 1 recorded, 0 stale token or nothing leased.
 
 local due_key = KEYS[1]
 local agents_key = KEYS[2]
 local stats_key = KEYS[3]
+local in_flight_key = KEYS[4]
 local now_us = ARGV[1]
 local events_cap = ARGV[2]
 local unhealthy_failures = tonumber(ARGV[3])
@@ -42,9 +46,9 @@ local now_ms_text = ARGV[6]
 local now_ms = tonumber(now_ms_text)
 -- Each delivery's keys and arguments, by name.
 local deliveries = {}
-for p = 0, (#KEYS - 3) / 2 - 1 do
+for p = 0, (#KEYS - 4) / 2 - 1 do
   local a = 7 + 8 * p
-  deliveries[p + 1] = {dlv = KEYS[4 + 2 * p], events = KEYS[5 + 2 * p], fence = ARGV[a],
+  deliveries[p + 1] = {dlv = KEYS[5 + 2 * p], events = KEYS[6 + 2 * p], fence = ARGV[a],
     kind = ARGV[a + 1], retry_at = ARGV[a + 2], err = ARGV[a + 3], displayed = ARGV[a + 4],
     signal = ARGV[a + 5], latency_bucket = ARGV[a + 6], latency_ms = ARGV[a + 7]}
 end
@@ -87,6 +91,7 @@ local function record(r, counts)
     return 0
   end
   endpoint_health(agent_id, r.signal)
+  redis.call("ZREM", in_flight_key, (agent_id or "") .. " " .. id)
   if kind == "retry" then
     count(counts, "retry", 1)
     redis.call("HSET", dlv, "lease_until_ms", 0, "retry_at_ms", r.retry_at,
