@@ -35,7 +35,7 @@ FLOOD_SOCKETS = 300
 ROUNDS = 30
 # Calls under the flood against the same calls just before it, at the median: the
 # flood costs the machine's CPU (both sides open and close sockets as fast as they
-# can: 1.2-2.3 ms became 1.2-10 ms on two cores), but no call waits for room (the
+# can: 0.8-2.8 ms became 1.5-10 ms on two cores), but no call waits for room (the
 # 10 s header deadline, or a retry after a 429).
 LATENCY_RATIO_MAX = 20.0
 
