@@ -142,8 +142,11 @@ class Settings(BaseSettings):
         "API processes on the one port (`courier up`, the Procfile's `api`); default: the"
         " machine's cores."))
     max_connections_per_address: int = Field(default=256, ge=0, description=(
-        "Connections open at once from one client address (a trusted proxy is not counted;"
-        " `0`: no cap)."))
+        "Connections open at once from one client address (every loopback address counts"
+        " as one, an IPv6 address as its /64; a trusted proxy is not counted; `0`: no cap)."))
+    max_pending_connections_per_address: int = Field(default=32, ge=0, description=(
+        "Of those, connections waiting for the rest of a request's headers; past it the"
+        " oldest is closed with 408 (`0`: no cap)."))
     store_max_memory: int = Field(
         default_factory=lambda: physical_memory_bytes() // 4, ge=0, description=(
             "The embedded store's memory limit: bytes, or a number with kb, mb, gb"

@@ -13,8 +13,9 @@ bytes are held for anonymous requests beyond what the server reads ahead.
 
 A request with a valid token spends from that token's bucket; a request
 without one (none, malformed or unknown) spends from its client address's
-bucket, so a flood of bad tokens never holds back a valid token from the same
-address, and all bad tokens of one address wait together in the fair share.
+bucket (every loopback address is one, ``messaging.web.addresses``), so a
+flood of bad tokens never holds back a valid token from the same address, and
+all bad tokens of one address wait together in the fair share.
 A send served ahead of the layers (``messaging.web.direct``) owes its token's
 request instead, and its admission script spends it before anything else
 (``Gate.authenticate(defer=True)``, ``Gate.settle`` for every other way out):
@@ -40,6 +41,7 @@ from messaging.service.caller import Caller, CallerKind, authenticate, bearer
 from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import RateOwed, Store
+from messaging.web.addresses import counted_as
 from messaging.web.ratelimit import RateLimiter
 
 AUTH_SCOPE_KEY = "courier.auth"
@@ -192,6 +194,7 @@ def authorization(scope: Scope) -> str | None:
 
 
 def client_address(scope: Scope) -> str:
-    """The client address of an ASGI request ("" when the server gives none)."""
+    """The client an ASGI request is counted as, by its address (every loopback address
+    as one, ``messaging.web.addresses``; "" when the server gives none)."""
     client = scope.get("client")
-    return str(client[0]) if client else ""
+    return counted_as(str(client[0])) if client else ""

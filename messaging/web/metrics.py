@@ -8,6 +8,13 @@ added up over the API's processes. Delivery figures come from the store's per-pr
 counters (``keys.stats``), which every worker on every machine writes in the
 same scripts that record outcomes, so any API process shows the whole
 deployment. Queue depths are read from the broker.
+
+Who asks decides how much is named. The operator token sees every series:
+each lane's queues and the busiest projects by id. Everyone else (no token,
+any project's) sees the same counts without a name of a lane or a project:
+each lane's queue depth added into its transport's queue, and the backlog
+family without rows. So a process on the machine learns how busy Courier is,
+not who uses it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from messaging.runtime.celeryconf import queue_for
 from messaging.service import archive
 from messaging.store import keys
 from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
@@ -87,6 +95,17 @@ async def busiest_backlogs(store: Store, kinds: list[str],
         totals[pid] = totals.get(pid, 0) + n
     busiest = {pid for pid in sorted(totals, key=lambda p: -totals[p])[:top] if totals[pid]}
     return [row for row in rows if row[0] in busiest and row[2]]
+
+
+def without_lanes(depths: dict[str, int], kinds: list[str]) -> dict[str, int]:
+    """Queue depths with each lane's queue added into its transport's shared queue."""
+    shared = [queue_for(kind) for kind in kinds]
+    folded: dict[str, int] = {}
+    for queue, size in depths.items():
+        name = next((base for base in shared if queue == base or queue.startswith(base + ".")),
+                    queue)
+        folded[name] = folded.get(name, 0) + size
+    return folded
 
 
 class Snapshot:

@@ -13,7 +13,7 @@ evenly over them (on one shared socket, whichever process woke first took
 every connection waiting). A process that dies loses the connections waiting
 in its own socket's queue, not yet accepted (their clients see a reset). What a
 process would otherwise keep for itself is shared: rate limits and stream
-slots live in the store, the per-address connection cap is split evenly, and
+slots live in the store, the per-address connection caps are split evenly, and
 ``/metrics`` adds up every process's counters (prometheus-client's
 multiprocess mode, in a directory of this start's own).
 """
@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         metrics_dir = tempfile.mkdtemp(prefix="courier-api-metrics-")
         os.environ[METRICS_DIR_ENV] = metrics_dir
     else:
-        CourierHttp.configure(settings.max_connections_per_address, trusted)
+        CourierHttp.configure(settings.max_connections_per_address, trusted,
+                              max_pending_per_address=settings.max_pending_connections_per_address)
     try:
         # uvicorn's limit_concurrency is not used: it answers 503 to everyone once any
         # client holds that many connections, health checks included.

@@ -158,6 +158,78 @@ def test_oversized_headers_are_refused_431(stack: Stack):
         sock.close()
 
 
+@pytest.mark.parametrize("headers", [
+    b"X-Big: " + b"a" * 70_000 + b"\r\n",  # one header
+    b"".join(b"X-H%d: %s\r\n" % (n, b"a" * 100) for n in range(400)),  # many small ones
+], ids=["one-header", "many-headers"])
+def test_headers_over_the_cap_in_one_write_are_refused_431(stack: Stack, headers: bytes):
+    sock = _connect(stack.api_url)
+    try:
+        # The whole request in one write, so that the server reads it in one go.
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        status, headers_out, body = _answer(sock, 5)
+        assert status == 431 and json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
+        assert headers_out["connection"] == "close"
+    finally:
+        sock.close()
+
+
+def test_headers_under_the_cap_are_served(stack: Stack):
+    sock = _connect(stack.api_url)
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+                     + b"a" * 30_000 + b"\r\n\r\n")
+        status, _, body = _answer(sock, 5)
+        assert status == 200, body
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nNot A Header\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad\x01: y\r\n\r\n",
+    b"HELLO\r\n\r\n",
+    b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
+], ids=["length-and-chunked", "two-lengths", "header-without-colon", "control-in-name",
+        "no-request-line", "unknown-version"])
+def test_malformed_framing_is_answered_in_the_error_shape(stack: Stack, request_bytes: bytes):
+    sock = _connect(stack.api_url)
+    try:
+        sock.sendall(request_bytes)
+        status, headers, body = _answer(sock, 5)
+        assert status == 422, body
+        assert headers["content-type"] == "application/json"
+        assert headers["connection"] == "close"
+        answer = json.loads(body)
+        assert answer["persisted"] is False
+        assert answer["error"]["code"] == "INVALID_ARGUMENT"
+        assert answer["error"]["details"]["field"] == "http"
+        assert answer["error"]["details"]["reason"]
+    finally:
+        sock.close()
+
+
+def test_a_broken_chunk_of_a_send_is_answered_in_the_error_shape_and_stores_nothing(
+        project: Project):
+    sender, recipient = project.agent("Chunker"), project.agent("Chunked To")
+    body = json.dumps({"to": [recipient.label], "subject": "s", "body_md": "b"}).encode()
+    sock = _connect(project.stack.api_url)
+    try:
+        sock.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     f"{sender.row['token']}\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n".encode()
+                     + b"%x\r\n" % len(body) + body + b"\r\nzz\r\n")  # not a chunk size
+        status, _, answer = _answer(sock, 5)
+        assert status == 422, answer
+        assert json.loads(answer)["error"]["details"]["field"] == "http"
+    finally:
+        sock.close()
+    assert recipient.api.inbox()["messages"] == []
+
+
 def test_connections_from_one_address_are_capped(stack: Stack):
     with _api(stack, max_connections_per_address="6") as (_, url):
         held = [_partial_headers(url) for _ in range(6)]

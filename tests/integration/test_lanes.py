@@ -71,14 +71,27 @@ def outcomes(alice: Agent, dids: list[str]) -> list[str | None]:
     return [alice.api.delivery(d)["outcome"] for d in dids]
 
 
-def metric(stack: Stack, name: str, **labels: str) -> float:
-    text = httpx.get(stack.api_url + "/metrics", timeout=10).text
+def metrics_text(stack: Stack, token: str | None = None) -> str:
+    """/metrics as ``token`` sees it (None: no token)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    answer = httpx.get(stack.api_url + "/metrics", headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+def series(text: str, name: str, **labels: str) -> float:
+    """One series' value in a /metrics text (0 when it is not there)."""
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
         m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
         if m and ",".join(sorted(m[1].split(","))) == want:
             return float(m[2])
     return 0.0
+
+
+def metric(stack: Stack, name: str, **labels: str) -> float:
+    """One series' value in /metrics, as the operator sees it."""
+    return series(metrics_text(stack, stack.operator_token), name, **labels)
 
 
 def test_only_the_operator_moves_a_project_and_lane_names_are_checked(lanes: Stack):
@@ -99,6 +112,31 @@ def test_only_the_operator_moves_a_project_and_lane_names_are_checked(lanes: Sta
     assert e.value.status == 403
     shown = proj.admin.project(proj.project_id)
     assert shown["lane"] is None and shown["backlog"] == {"inbox": 0, "webhook": 0}
+
+
+def test_metrics_name_lanes_and_projects_to_the_operator_only(lanes: Stack):
+    lane = "unnamed-1"  # no worker serves it: its mail waits in its queue
+    busy, alice, _ = new_project(lanes)
+    with lanes.operator() as op:
+        op.set_lane(busy.project_id, lane)
+    send(alice, 4)
+    queue = f"deliver.inbox.{lane}"
+    wait_until(lambda: metric(lanes, "courier_queue_depth", queue=queue) >= 1,
+               what="the lane's queue in the operator's /metrics")
+    assert metric(lanes, "courier_project_backlog", project_id=busy.project_id,
+                  transport="inbox") == 4
+    for token in (None, busy.token, alice.row["token"]):
+        text = metrics_text(lanes, token)
+        assert lane not in text and busy.project_id not in text, token
+        assert "# TYPE courier_project_backlog gauge" in text  # the family, without rows
+        # Still counted: the lane's depth is added into its transport's shared queue.
+        assert series(text, "courier_queue_depth", queue="deliver.inbox") >= 1, text
+        assert "courier_admissions_total" in text and "courier_deliveries_total" in text
+    bogus = httpx.get(lanes.api_url + "/metrics", timeout=10,
+                      headers={"Authorization": "Bearer cat_bogus"})
+    assert bogus.status_code == 401 and bogus.json()["error"]["code"] == "UNAUTHENTICATED"
+    with lanes.operator() as op:
+        op.set_lane(busy.project_id, None)  # its mail back on the shared queue, delivered
 
 
 def test_a_lane_holds_its_mail_until_its_worker_runs_and_follows_the_project_back(

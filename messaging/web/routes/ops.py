@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import redis.exceptions
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from messaging.runtime.celeryconf import transport_kinds
+from messaging.service.caller import CallerKind
 from messaging.store.connect import STORE_DOWN
 from messaging.web import answers, metrics
 from messaging.web.deps import Svc, ok
+from messaging.web.guard import auth_of
 
 router = APIRouter(tags=["operations"])
 
@@ -48,16 +50,27 @@ async def readyz(svc: Svc) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def prometheus(svc: Svc) -> PlainTextResponse:
-    """Prometheus text: admissions here, deliveries and queues of the deployment."""
+async def prometheus(request: Request, svc: Svc) -> PlainTextResponse:
+    """Prometheus text: admissions here, deliveries and queues of the deployment.
+
+    Lanes and projects are named to the operator token only (``messaging.web.metrics``);
+    a token that is not one is 401, as on every route.
+    """
+    auth = auth_of(request.scope)
+    if auth.refusal is not None:  # a token was sent and is not one: said, not ignored
+        raise auth.refusal
+    named = auth.caller is not None and auth.caller.kind is CallerKind.OPERATOR
     totals, due, unindexed = await metrics.store_counters(svc.store)
     memory = await svc.store.memory()
-    backlogs = await metrics.busiest_backlogs(svc.store, transport_kinds())
+    kinds = transport_kinds()
+    backlogs = await metrics.busiest_backlogs(svc.store, kinds) if named else []
     try:
         depths = await asyncio.wait_for(
             asyncio.to_thread(svc.publisher.publisher.queue_depths), BROKER_PROBE_TIMEOUT_S)
     except Exception:  # broker unreachable: the other figures still help
         depths = {}
+    if not named:
+        depths = metrics.without_lanes(depths, kinds)
     disk = await asyncio.to_thread(metrics.disk_bytes, svc.settings.archive_root,
                                    svc.settings.data_dir)
     return PlainTextResponse(metrics.render(totals, due, depths, memory, backlogs,
