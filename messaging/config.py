@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
 import re
@@ -18,6 +19,24 @@ from messaging.store.connect import is_cluster
 OPERATOR_TOKEN_FILE = "operator-token"
 EMBEDDED_URL_FILE = "store-url"
 STORE_PASSWORD_FILE = "store-password"
+# Held (flock) by the embedded server's process while it runs on the data dir.
+STORE_LOCK_FILE = "store.lock"
+
+
+def running_embedded_url(data_dir: Path) -> str | None:
+    """The URL the embedded server running on ``data_dir`` wrote there (its port and
+    password); None when no server holds the directory's lock (a file left by one
+    killed is never believed) or it wrote none."""
+    try:
+        with open(data_dir / STORE_LOCK_FILE, "rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return (data_dir / EMBEDDED_URL_FILE).read_text().strip() or None
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return None
+    except OSError:
+        return None
 
 
 class SettingsError(ValueError):
@@ -179,9 +198,13 @@ class Settings(BaseSettings):
 
     @property
     def store_url(self) -> str:
-        """The store's URL: the configured one, or the embedded server's."""
+        """The store's URL: the configured one; else that of the embedded server running
+        on the data directory; else the one it starts on."""
         if self.redis_url:
             return self.redis_url
+        running = running_embedded_url(self.data_dir)
+        if running:
+            return running
         # The embedded server's password, generated into the data dir when it first started.
         password = self.data_dir / STORE_PASSWORD_FILE
         secret = password.read_text().strip() if password.exists() else ""

@@ -57,14 +57,19 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from messaging.config import EMBEDDED_URL_FILE, STORE_PASSWORD_FILE, get_settings
+from messaging.config import (
+    EMBEDDED_URL_FILE,
+    STORE_LOCK_FILE,
+    STORE_PASSWORD_FILE,
+    get_settings,
+)
 from messaging.runtime import logs
 from messaging.runtime.children import stop_signals
 from messaging.store import connect
 
 STORE_SUBDIR = "store"
 LOG_FILE = "store.log"
-LOCK_FILE = "store.lock"
+LOCK_FILE = STORE_LOCK_FILE
 CONF_FILE = "store.conf"
 PASSWORD_BYTES = 32
 FSYNC_POLICIES = ("always", "everysec", "no")
