@@ -15,6 +15,12 @@ mail piles up. So Flower runs in this process, and its one source of queue
 names (``BaseHandler.get_active_queue_names``) also gets every Courier queue
 the store knows, read at each request: lanes created after Flower started
 appear with their first project.
+
+Flower inspects the workers once, as it starts: started before them (as
+``courier up`` may start it), or joined later by a worker, its ``/api/workers``
+would miss them until someone asked it to refresh. So every FOLLOW_S it
+compares the workers its events show alive with those it inspected, and
+inspects again when one is missing.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from messaging.config import OperatorTokenMissing, Settings, get_settings
@@ -38,6 +45,8 @@ USER = "operator"
 CELERY_APP = "workers.app"
 # Flower answers from one event loop: a store that does not answer must not hold it long.
 STORE_TIMEOUT_S = 1.0
+# How often Flower's list of workers is checked against those its events show alive.
+FOLLOW_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,26 @@ def guard_every_route(application: type[Any], token: str) -> None:
     application.find_handler = find_handler
 
 
+def follow_workers(app: Any) -> None:
+    """Have Flower inspect the workers again when it lists none, or not one that its
+    events show alive."""
+    listed = set(app.inspector.workers)
+    alive = {name for name, worker in app.events.state.workers.items() if worker.alive}
+    if not listed or alive - listed:
+        app.update_workers()
+
+
+def following(start: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Flower's ``start``, with follow_workers every FOLLOW_S on its loop."""
+    from tornado.ioloop import PeriodicCallback
+
+    def start_following(app: Any) -> None:
+        PeriodicCallback(partial(follow_workers, app), FOLLOW_S * 1000).start()
+        start(app)
+
+    return start_following
+
+
 def main() -> None:
     """Run Flower in this process, the operator token guarding it, every lane queue listed."""
     from celery.bin.celery import main as celery_main
@@ -116,6 +145,7 @@ def main() -> None:
         sys.exit(f"flower: {exc}")
     os.environ.update(flower_env(token))
     guard_every_route(Flower, token)
+    Flower.start = following(Flower.start)
     BaseHandler.get_active_queue_names = lane_aware(BaseHandler.get_active_queue_names, settings)
     tornado_logging = command.setup_logging
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from flower.urls import handlers
 
-from tests.stack import make_stack
+from tests.stack import make_stack, wait_until
 
 # Its tests start processes of their own (stacks, API processes, `courier up`, the
 # CLI) or wait out real deadlines: the slow tier (`./dev test --all`).
@@ -47,5 +47,26 @@ def test_every_flower_route_asks_for_the_operator_token(tmp_path: Path) -> None:
             assert http.get("/api/queues/length", auth=good).status_code == 200
             assert http.get("/", headers={"Authorization": "Bearer " + stack.operator_token}
                             ).status_code == 401
+    finally:
+        stack.stop()
+
+
+def test_workers_that_start_after_flower_are_listed_without_a_refresh(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path)
+    try:
+        _, url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        good = ("operator", stack.operator_token)
+        with httpx.Client(base_url=url, timeout=10, auth=good) as http:
+            assert http.get("/api/workers").json() == {}
+            stack.start_worker(beat=False)
+            listed = wait_until(lambda: http.get("/api/workers").json(), 20, 0.5,
+                                "Flower to list the worker")
+            assert len(listed) == 1
+            [worker] = listed.values()
+            assert {q["name"] for q in worker["active_queues"]} >= {"deliver.inbox"}
+            # A worker that joins later is listed too.
+            stack.start_worker(beat=False)
+            wait_until(lambda: len(http.get("/api/workers").json()) == 2, 20, 0.5,
+                       "Flower to list the second worker")
     finally:
         stack.stop()
