@@ -288,9 +288,25 @@ class CourierClient:
         """One message as this token may see it."""
         return self.request("GET", f"/v1/messages/{message_id}")
 
+    def thread_page(self, thread_id: str, cursor: str | None = None,
+                    limit: int = 50) -> Json:
+        """One page of the thread: ``{"thread_id", "messages", "next_cursor", "more"}``."""
+        params: Json = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        return self.request("GET", f"/v1/threads/{thread_id}", params=params)
+
+    def iter_thread(self, thread_id: str, cursor: str | None = None,
+                    limit: int = 50) -> Iterator[Json]:
+        """The thread's messages this token may see past the cursor, page by page."""
+        while True:
+            page = self.thread_page(thread_id, cursor=cursor, limit=limit)
+            yield from page["messages"]
+            if not page["more"]:
+                return
+            cursor = page["next_cursor"]
+
     def thread(self, thread_id: str) -> list[Json]:
-        """The thread's messages this token may see."""
-        return _rows(self.request("GET", f"/v1/threads/{thread_id}"), "messages")
+        """All of the thread's messages this token may see, read page by page."""
+        return list(self.iter_thread(thread_id))
 
     def inbox(self, cursor: str | None = None, limit: int = 50, **filters: Any) -> Json:
         """One inbox page: ``{"messages", "next_cursor"}``."""

@@ -30,6 +30,7 @@ SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
 INBOX_LIMIT_MAX = 500
+THREAD_LIMIT_DEFAULT = 50
 SEARCH_Q_MAX = 500
 SUBSCRIPTION_TTL_S = 3600
 SUBSCRIPTION_TTL_MAX_S = 7 * 24 * 3600
@@ -464,6 +465,15 @@ class InboxQuery(BaseModel):
         None, description="Only messages with this topic")
     unread_only: bool = Field(False, description="Only messages not yet marked read")
     urgent_only: bool = Field(False, description="Only urgent messages")
+
+
+class ThreadQuery(BaseModel):
+    """Query of ``GET /v1/threads/{thread_id}`` (and its rendered form)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cursor: str | None = Field(None, description=CURSOR_HELP)
+    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(
+        THREAD_LIMIT_DEFAULT, description=LIMIT_HELP)
 
 
 class SearchQuery(BaseModel):

@@ -14,9 +14,13 @@ from messaging.cli import backup as cli_backup
 from messaging.cli.io import (
     AsJson,
     Cursor,
+    DeliveryId,
     Exit,
+    MessageId,
     OperatorToken,
     PageLimit,
+    ProjectId,
+    ThreadId,
     Token,
     Url,
     answer,
@@ -35,6 +39,7 @@ from messaging.cli.io import (
 )
 from messaging.client import CourierAPIError, CourierClient, Event
 from messaging.config import OperatorTokenMissing, get_settings
+from messaging.types import Json
 
 # Help text is plain text: Rich markup would eat `Name [ref]` and `[default: ...]`.
 app = typer.Typer(help="Courier: Markdown messages between the agents of one project.",
@@ -207,7 +212,7 @@ def project_list(
 
 @project_app.command("token")
 def project_token(
-    project_id: Annotated[str, typer.Argument(help="the project id (prj_...)")],
+    project_id: ProjectId,
     url: Url = None,
     token: OperatorToken = None,
     as_json: AsJson = False,
@@ -224,7 +229,7 @@ def project_token(
 
 @agent_app.command("register")
 def agent_register(
-    project_id: str,
+    project_id: ProjectId,
     name: str,
     webhook: Annotated[str | None, typer.Option(help="deliver by POST to this URL")] = None,
     secret: Annotated[str | None, typer.Option(help="webhook signing secret")] = None,
@@ -294,21 +299,22 @@ AgentArg = Annotated[str, typer.Argument(help="agent id, label 'Name [ref]', or 
 
 
 @agent_app.command("retire")
-def agent_retire(project_id: str, agent: AgentArg, url: Url = None, token: Token = None,
+def agent_retire(project_id: ProjectId, agent: AgentArg, url: Url = None, token: Token = None,
                  as_json: AsJson = False) -> None:
     """Retire an agent: no new mail for it, its history stays readable."""
     _set_status(url, token, project_id, agent, "retired", as_json)
 
 
 @agent_app.command("close")
-def agent_close(project_id: str, agent: AgentArg, url: Url = None, token: Token = None,
+def agent_close(project_id: ProjectId, agent: AgentArg, url: Url = None, token: Token = None,
                 as_json: AsJson = False) -> None:
     """Close an agent: its conversation is gone for good; no new mail, history readable."""
     _set_status(url, token, project_id, agent, "closed", as_json)
 
 
 @app.command()
-def agents(project_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+def agents(project_id: ProjectId, url: Url = None, token: Token = None,
+           as_json: AsJson = False) -> None:
     """List a project's agents."""
     found = call(url, token, CourierClient.agents_answer, project_id, as_json=as_json)
     if as_json:
@@ -483,7 +489,7 @@ def send(
 
 @app.command()
 def reply(
-    message_id: Annotated[str, typer.Argument(help="the message to answer (msg_...)")],
+    message_id: MessageId,
     body: Annotated[str | None, typer.Option(help="Markdown body [default: stdin]")] = None,
     body_file: Annotated[Path | None, typer.Option(help="read the body from a file")] = None,
     importance: Annotated[str | None, typer.Option(help="low, normal, high, urgent "
@@ -513,24 +519,35 @@ def _mark(url: str | None, token: str | None, message_id: str, kind: str,
 
 
 @app.command()
-def read(message_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+def read(message_id: MessageId, url: Url = None, token: Token = None,
+         as_json: AsJson = False) -> None:
     """Mark a received message read."""
     _mark(url, token, message_id, "read", as_json)
 
 
 @app.command()
-def ack(message_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+def ack(message_id: MessageId, url: Url = None, token: Token = None,
+        as_json: AsJson = False) -> None:
     """Acknowledge a received message (this also marks it read)."""
     _mark(url, token, message_id, "ack", as_json)
 
 
 @app.command()
-def redrive(delivery_id: str, url: Url = None, token: Token = None,
+def redrive(delivery_id: DeliveryId, url: Url = None, token: Token = None,
             as_json: AsJson = False) -> None:
     """Send a delivery again on the same route, same delivery id (project token)."""
     answer(url, token, as_json, CourierClient.redrive, delivery_id,
            show=lambda d: say(f"delivery {d['delivery_id']} to {visible(d['recipient'])} sent "
                               f"again over {d['transport']}"))
+
+
+def _show_message(m: Json, *lines: str) -> None:
+    """A message as the inbox and thread pages print it."""
+    out.rule(visible(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
+    say(f"id {m['id']}  sent {m['created_ts']}")
+    for line in lines:
+        say(line)
+    say(visible(m["body_md"], multiline=True))
 
 
 @app.command()
@@ -549,17 +566,37 @@ def inbox(
         print_json(page)
         return
     for m in page["messages"]:
-        out.rule(visible(f"{m['subject']}  from {m['from']}  ({m['importance']})"))
-        say(f"id {m['id']}  sent {m['created_ts']}")
-        say(f"delivery {m['delivery_id']}")
-        say(visible(m["body_md"], multiline=True))
+        _show_message(m, f"delivery {m['delivery_id']}")
     if not page["messages"]:
         say("no new messages")
     say(f"next cursor: {page['next_cursor']}")
 
 
 @app.command()
-def delivery(delivery_id: str, url: Url = None, token: Token = None,
+def thread(
+    thread_id: ThreadId,
+    limit: PageLimit = 50,
+    cursor: Cursor = None,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show one page of a thread, oldest first (agent or project token)."""
+    page = call(url, token, CourierClient.thread_page, thread_id, cursor=cursor, limit=limit,
+                as_json=as_json)
+    if as_json:
+        print_json(page)
+        return
+    for m in page["messages"]:
+        _show_message(m)
+    if page["more"]:
+        say(f"more: courier thread {visible(thread_id)} --cursor {page['next_cursor']}")
+    else:
+        say(f"end of thread; next cursor: {page['next_cursor']}")
+
+
+@app.command()
+def delivery(delivery_id: DeliveryId, url: Url = None, token: Token = None,
              as_json: AsJson = False) -> None:
     """Show what happened to one delivery, stage by stage."""
     d = call(url, token, CourierClient.delivery, delivery_id, as_json=as_json)
@@ -615,7 +652,7 @@ _install_commands(app)
 
 @app.command("archive")
 def archive_read(
-    project_id: Annotated[str, typer.Argument(help="the project id (prj_...)")],
+    project_id: ProjectId,
     day: Annotated[str | None, typer.Option(
         "--day", help="UTC day of admission, YYYY-MM-DD [default: list the days]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON line per message")] = False,
@@ -652,7 +689,7 @@ def archive_read(
 
 @app.command()
 def lane(
-    project_id: str,
+    project_id: ProjectId,
     name: Annotated[str | None, typer.Argument(help="1-32 of a-z, 0-9, -")] = None,
     off: Annotated[bool, typer.Option("--off", help="back to the shared queues")] = False,
     url: Url = None,

@@ -11,6 +11,7 @@ unknown recipient included), 5 conflict, 6 server unreachable or unavailable
 from __future__ import annotations
 
 import json
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -67,6 +68,22 @@ AsJson = Annotated[bool, typer.Option(
 OperatorToken = Annotated[str | None, typer.Option(
     "--token", envvar="COURIER_OPERATOR_TOKEN",
     help="operator token [default: the operator-token file in COURIER_DATA_DIR]")]
+# Ids on the command line: Courier's ids (and thread ids) are 1-128 of these.
+# Anything else is a usage error, answered before any request is made.
+ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def _an_id(value: str) -> str:
+    if not ID_RE.fullmatch(value):
+        raise typer.BadParameter(f"{visible(value)} is not an id "
+                                 "(1-128 of A-Z a-z 0-9 . _ -)")
+    return value
+
+
+ProjectId = Annotated[str, typer.Argument(help="the project id (prj_...)", callback=_an_id)]
+MessageId = Annotated[str, typer.Argument(help="the message id (msg_...)", callback=_an_id)]
+DeliveryId = Annotated[str, typer.Argument(help="the delivery id (dlv_...)", callback=_an_id)]
+ThreadId = Annotated[str, typer.Argument(help="the thread id", callback=_an_id)]
 # A paged listing's options: how many per page, and where the last page ended.
 PageLimit = Annotated[int, typer.Option(min=1, max=500)]
 Cursor = Annotated[str | None, typer.Option(help="a next_cursor from before")]

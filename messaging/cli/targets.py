@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from messaging.cli.io import AsJson, Token, Url, answer, out, say, table, visible
+from messaging.cli.io import AsJson, DeliveryId, Token, Url, answer, out, say, table, visible
 from messaging.client import CourierClient
 from messaging.types import Json
 
@@ -65,14 +65,14 @@ def install(root: typer.Typer) -> None:  # noqa: C901 - one short function per c
         answer(url, token, as_json, CourierClient.held_answer, project, show=show)
 
     @root.command()
-    def release(delivery_id: str, url: Url = None, token: Token = None,
+    def release(delivery_id: DeliveryId, url: Url = None, token: Token = None,
                 as_json: AsJson = False) -> None:
         """Release a held delivery: it goes to its recipient as usual."""
         answer(url, token, as_json, CourierClient.release, delivery_id,
                show=lambda d: say(f"{d['delivery_id']} released to {visible(d['recipient'])}"))
 
     @root.command()
-    def decline(delivery_id: str, url: Url = None, token: Token = None,
+    def decline(delivery_id: DeliveryId, url: Url = None, token: Token = None,
                 as_json: AsJson = False) -> None:
         """Decline a held delivery: it ends rejected, never shown to its recipient."""
         answer(url, token, as_json, CourierClient.decline, delivery_id,

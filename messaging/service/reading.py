@@ -11,7 +11,7 @@ from typing import Protocol
 
 from messaging import ids
 from messaging.errors import CourierError, invalid, not_found
-from messaging.models import HUMAN, InboxQuery
+from messaging.models import HUMAN, THREAD_LIMIT_DEFAULT, InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
@@ -95,37 +95,104 @@ class KnownMessages(Protocol):
 PARSE_SLICE_BYTES = 256 * 1024
 
 
-async def get_thread(store: Store, caller: Caller, thread_id: str,
-                     known: KnownMessages | None = None) -> Json:
-    """The thread's messages the caller may see, oldest first.
+# A page of a thread holds at most this many bytes of stored messages (at least one
+# message, however long), so a thread of long bodies is read a few at a time.
+THREAD_PAGE_BYTES = 4 * 1024 * 1024
+# The thread's first message is kept only in itself: its place in the order is 0.
+THREAD_START_SEQ = 0
 
-    With ``known``, the messages it keeps are read without their JSON, and their
-    views carry no ``body_md``.
+Entry = tuple[str, int, int]  # a thread's message id, its sequence, its stored size
+
+
+async def _thread_entries(store: Store, project_id: str, thread_id: str, after: int,
+                          count: int) -> list[Entry]:
+    """Up to ``count`` entries of the thread past sequence ``after`` (-1: from its start)."""
+    entries = [e for e in await store.thread_page(project_id, thread_id, max(after, 0), count)
+               if e[0] != thread_id]
+    if after < THREAD_START_SEQ and thread_id.startswith("msg_"):
+        size = await store.message_size(project_id, thread_id)
+        entries.insert(0, (thread_id, THREAD_START_SEQ, size))
+    return entries[:count]
+
+
+def _within(entries: list[Entry], spent: int) -> list[Entry]:
+    """The first entries that fit in what is left of a page's bytes (one at least,
+    on a page that holds nothing yet)."""
+    taken: list[Entry] = []
+    for entry in entries:
+        if spent and spent + entry[2] > THREAD_PAGE_BYTES:
+            break
+        taken.append(entry)
+        spent += entry[2]
+    return taken
+
+
+class _ThreadPage:
+    """A thread page being filled: the views the caller may see, the bytes read."""
+
+    def __init__(self, caller: Caller, thread_id: str, known: KnownMessages | None) -> None:
+        self.caller, self.thread_id, self.known = caller, thread_id, known
+        self.views: list[Json] = []
+        self.spent = 0
+
+    async def read(self, store: Store, entries: list[Entry]) -> None:
+        """Read ``entries`` and keep those of the thread the caller may see."""
+        known = self.known
+        mids = [mid for mid, _, _ in entries]
+        heads = {} if known is None else {
+            mid: head for mid in mids if (head := known.head(mid)) is not None}
+        records = await store.get_messages(self.caller.project_id or "", mids,
+                                           known=heads.keys())
+        parsed = 0
+        for mid, record in zip(mids, records, strict=True):
+            if record is None:
+                continue
+            if (msg := heads.get(mid)) is None:
+                msg = unpack_message(record["json"])
+                parsed += len(record["json"])
+                if known is not None:
+                    known.keep(mid, msg)
+            if msg["thread_id"] == self.thread_id and (
+                    view := visible(self.caller, record, msg)) is not None:
+                self.views.append(view)
+            if parsed >= PARSE_SLICE_BYTES:  # a page of long bodies: let others run
+                parsed = 0
+                await asyncio.sleep(0)
+        self.spent += sum(size for _, _, size in entries)
+
+
+async def get_thread(store: Store, caller: Caller, thread_id: str, cursor: str | None = None,
+                     limit: int = THREAD_LIMIT_DEFAULT,
+                     known: KnownMessages | None = None) -> Json:
+    """One page of the thread's messages the caller may see, oldest first:
+    ``{"thread_id", "messages", "next_cursor", "more"}``.
+
+    A page ends after ``limit`` messages or once it holds ``THREAD_PAGE_BYTES`` of
+    stored messages. ``next_cursor`` continues after the page (also after the last
+    one: passed back, it gives what was posted since); ``more`` says whether the
+    thread held entries past the page when it was read. With ``known``, the messages
+    it keeps are read without their JSON, and their views carry no ``body_md``.
     """
     if caller.project_id is None:
         raise CourierError("FORBIDDEN", "threads are read with an agent or project token")
-    mids = await _thread_ids(store, caller.project_id, thread_id)
-    heads = {} if known is None else {
-        mid: head for mid in mids if (head := known.head(mid)) is not None}
-    records = await store.get_messages(caller.project_id, mids, known=heads.keys())
-    views = []
-    parsed = 0
-    for mid, record in zip(mids, records, strict=True):
-        if record is None:
-            continue
-        if (msg := heads.get(mid)) is None:
-            msg = unpack_message(record["json"])
-            parsed += len(record["json"])
-            if known is not None:
-                known.keep(mid, msg)
-        if msg["thread_id"] == thread_id and (view := visible(caller, record, msg)) is not None:
-            views.append(view)
-        if parsed >= PARSE_SLICE_BYTES:  # a thread of long bodies: let others run
-            parsed = 0
-            await asyncio.sleep(0)
-    if not views:
+    start = after = -1 if not cursor else _parse_cursor(cursor)
+    page = _ThreadPage(caller, thread_id, known)
+    more = True
+    while more and len(page.views) < limit:
+        want = limit - len(page.views)
+        entries = await _thread_entries(store, caller.project_id, thread_id, after, want + 1)
+        taken = _within(entries[:want], page.spent)
+        more = len(entries) > len(taken)
+        if not taken:
+            break
+        await page.read(store, taken)
+        after = taken[-1][1]
+        if len(taken) < min(want, len(entries)):  # the page's bytes are spent
+            break
+    if not page.views and start < THREAD_START_SEQ and not more:
         raise not_found("thread")
-    return {"thread_id": thread_id, "messages": views}
+    return {"thread_id": thread_id, "messages": page.views,
+            "next_cursor": str(max(after, THREAD_START_SEQ)), "more": more}
 
 
 # How many of a thread's messages one store read looks at for a participation check:

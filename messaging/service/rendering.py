@@ -35,6 +35,7 @@ import cmarkgfm
 import nh3
 import orjson
 
+from messaging.models import ThreadQuery
 from messaging.runtime.budgetpool import BudgetPool, PoolBusy
 from messaging.service.caller import Caller
 from messaging.service.reading import get_thread
@@ -208,16 +209,16 @@ class _Viewing:
         self.renderer.heads.put(message_id, {k: v for k, v in msg.items() if k != "body_md"})
 
 
-async def rendered_thread(store: Store, caller: Caller, thread_id: str,
+async def rendered_thread(store: Store, caller: Caller, thread_id: str, q: ThreadQuery,
                           renderer: Renderer) -> tuple[Json, str]:
-    """The thread as ``GET /v1/threads/{id}`` shows it, each message's ``body_md`` as
-    ``body_html``; and its tag, which changes whenever the answer does.
+    """The thread's page as ``GET /v1/threads/{id}`` shows it, each message's ``body_md``
+    as ``body_html``; and its tag, which changes whenever the answer does.
 
     A message rendered before is read from the store without its JSON: only what
     may change (who may see it) is asked for, the rest is kept in this process.
     """
     viewing = _Viewing(renderer)
-    thread = await get_thread(store, caller, thread_id, known=viewing)
+    thread = await get_thread(store, caller, thread_id, q.cursor, q.limit, known=viewing)
     shown = viewing.shown | await renderer.bodies({
         msg["id"]: msg.pop("body_md", None) or ""
         for msg in thread["messages"] if msg["id"] not in viewing.shown})

@@ -450,6 +450,26 @@ class Store:
         """The ids of a thread's messages, oldest first."""
         return [str(m) for m in await self.client.zrange(keys.thread(project_id, thread_id), 0, -1)]
 
+    async def thread_page(self, project_id: str, thread_id: str, after_seq: int,
+                          count: int) -> list[tuple[str, int, int]]:
+        """Up to ``count`` of a thread's entries past sequence ``after_seq``, oldest
+        first: each message id with its sequence and the size of its stored JSON
+        (0 when the message is gone), in two round trips whatever the sizes."""
+        found: list[tuple[str, float]] = await self.client.zrangebyscore(  # type: ignore[assignment]
+            keys.thread(project_id, thread_id), f"({after_seq}", "+inf", start=0, num=count,
+            withscores=True)
+        pipe = self.client.pipeline(transaction=False)
+        for mid, _ in found:
+            pipe.hstrlen(keys.message(project_id, mid), MessageField.JSON)
+        sizes = await pipe.execute() if found else []
+        return [(mid, int(seq), int(size))
+                for (mid, seq), size in zip(found, sizes, strict=True)]
+
+    async def message_size(self, project_id: str, message_id: str) -> int:
+        """The size of a message's stored JSON (0 when it is gone)."""
+        return int(await self.client.hstrlen(keys.message(project_id, message_id),
+                                             MessageField.JSON))
+
     # deliveries and the inbox
 
     async def get_deliveries(self, project_id: str, delivery_ids: list[str]) -> list[Json | None]:

@@ -186,10 +186,14 @@ class InboxPage(Answer):
 
 
 class Thread(Answer):
-    """A thread's messages the caller may see, oldest first."""
+    """One page of a thread's messages the caller may see, oldest first; pass
+    ``next_cursor`` back for what comes after."""
 
     thread_id: str
     messages: list[Message]
+    next_cursor: str
+    more: bool = Field(description="The thread held more messages past this page "
+                                   "when it was read")
 
 
 class RenderedMessage(MessageHead):
@@ -199,10 +203,12 @@ class RenderedMessage(MessageHead):
 
 
 class RenderedThread(Answer):
-    """A thread as the console shows it, oldest first."""
+    """One page of a thread as the console shows it, oldest first."""
 
     thread_id: str
     messages: list[RenderedMessage]
+    next_cursor: str
+    more: bool
 
 
 class Marks(Answer):

@@ -122,6 +122,23 @@ def test_agents_and_inbox_keep_timestamps_and_ids_whole_at_80_columns(project: P
     assert max(map(len, table.splitlines())) <= 80
 
 
+def test_thread_shows_a_page_and_the_command_for_the_next(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    first = alice.api.send("Bob", "Plan", "step 0")
+    for n in range(1, 5):
+        alice.api.send("Bob", "Plan", f"step {n}", thread_id=first["thread_id"])
+    env = client_env(project, COLUMNS="200")
+    shown = courier("thread", first["thread_id"], "--limit", "3", "--token", bob.row["token"],
+                    env=env)
+    assert [f"step {n}" in shown for n in range(5)] == [True] * 3 + [False] * 2
+    more = re.search(rf"more: courier thread {first['thread_id']} --cursor (\d+)", shown)
+    assert more, shown
+    rest = courier("thread", first["thread_id"], "--cursor", more[1], "--token",
+                   project.token, env=env)
+    assert [f"step {n}" in rest for n in range(5)] == [False] * 3 + [True] * 2
+    assert "end of thread" in rest
+
+
 def test_send_inbox_and_delivery_commands_show_the_message_and_its_stages(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     env = {**os.environ, "COURIER_URL": project.stack.api_url, "COLUMNS": "200"}

@@ -69,6 +69,8 @@ def test_exit_codes_say_what_went_wrong(project: Project, tmp_path: Path):
     cases = {
         "usage: unknown option": (2, ["inbox", "--no-such-option", *agent]),
         "usage: invalid argument": (2, ["presence", "sleepy", *agent]),
+        "usage: not an id": (2, ["delivery", "dlv_\x1b[31m", "--token", project.token]),
+        "usage: a path for an id": (2, ["read", "../agents/me/inbox", *agent]),
         "not authenticated": (3, ["inbox", "--token", "cat_not_a_token"]),
         "forbidden": (3, ["held", "--project", project.project_id, *agent]),
         "no token at all": (3, ["inbox"]),
@@ -87,7 +89,8 @@ def test_exit_codes_say_what_went_wrong(project: Project, tmp_path: Path):
     for what, (code, args) in cases.items():
         done = run(*args, env=env)
         assert done.returncode == code, (what, done.stdout, done.stderr)
-        assert done.stderr.strip(), what
+        assert done.stderr.strip() and "\x1b" not in done.stderr, what
+        assert "Traceback" not in done.stderr, what
     as_json = run("project", "create", project.project_key, "--json", "--token",
                   project.stack.operator_token, env=env)
     assert as_json.returncode == 5

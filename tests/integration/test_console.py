@@ -188,6 +188,25 @@ def test_a_thread_refreshed_unchanged_is_a_304_and_a_new_message_still_shows(
     assert console.errors == []
 
 
+def test_a_long_thread_shows_a_page_and_its_later_messages_on_request(
+        console: Console, project: Project):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    first = alice.api.send("Bob", "Long thread", "post 0")
+    for n in range(1, 55):
+        alice.api.send("Bob", "Long thread", f"post {n}", thread_id=first["thread_id"])
+    page = console.page
+    console.sign_in()
+    page.evaluate(f"location.hash = '#thread/{first['thread_id']}'")
+    page.wait_for_selector("button.later")
+    assert len(page.query_selector_all("article.message")) == 50
+    page.click("button.later")
+    page.wait_for_selector("button.later", state="detached")
+    page.wait_for_timeout(2500)  # a refresh keeps the pages opened
+    bodies = [a.inner_text() for a in page.query_selector_all("article.message .body")]
+    assert bodies == [f"post {n}" for n in range(55)]
+    assert console.errors == []
+
+
 def test_search_finds_by_words_and_sender(console: Console, project: Project):
     alice, carol = project.agent("Alice"), project.agent("Carol")
     project.agent("Bob")

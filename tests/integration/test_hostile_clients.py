@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -245,6 +246,68 @@ def test_connections_from_one_address_are_capped(stack: Stack):
         finally:
             for sock in held:
                 sock.close()
+
+
+# long threads
+
+THREAD_MIB = 41
+THREAD_READERS = 6
+THREAD_READ_S = 6.0
+THREAD_GROWTH_MAX = 120 * 1024 * 1024
+
+
+async def _read_pages(url: str, token: str, thread_id: str, until: float,
+                      sizes: list[int]) -> None:
+    """Read the thread page after page, again from its start after its last page,
+    until ``until``, keeping each answer's size."""
+    async with httpx.AsyncClient(base_url=url, timeout=30,
+                                 headers={"Authorization": f"Bearer {token}"}) as client:
+        params: dict[str, str] = {}
+        while time.monotonic() < until:
+            answer = await client.get(f"/v1/threads/{thread_id}", params=params)
+            answer.raise_for_status()
+            sizes.append(len(answer.content))
+            page = answer.json()
+            params = {"cursor": page["next_cursor"]} if page["more"] else {}
+
+
+async def _watch(proc: Proc, url: str, token: str, until: float,
+                 rss: list[int]) -> list[float]:
+    """Until ``until``: the API's memory, and how long the other project's inbox takes."""
+    took = []
+    while time.monotonic() < until:
+        rss.append(_rss_bytes(proc))
+        took.append((await asyncio.to_thread(_timed_get, url, "/v1/agents/me/inbox", token))[1])
+        await asyncio.sleep(0.05)
+    return took
+
+
+def test_a_41_mib_thread_is_read_in_pages_with_bounded_memory(project: Project, other: Agent):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    body = "word " * (1024 * 1024 // 5)  # 1 MiB
+    tid = alice.api.send("Bob", "Long", body)["thread_id"]
+    for _ in range(THREAD_MIB - 1):
+        alice.api.send("Bob", "Long", body, thread_id=tid)
+    with _api(project.stack) as (proc, url):
+        other_token = other.row["token"]
+        asyncio.run(_read_pages(url, bob.row["token"], tid, time.monotonic() + 1, []))
+        baseline = [_timed_get(url, "/v1/agents/me/inbox", other_token)[1] for _ in range(40)]
+        rss = [_rss_bytes(proc)]
+        sizes: list[int] = []
+
+        async def attack(until: float) -> list[float]:
+            *_, took = await asyncio.gather(
+                *(_read_pages(url, bob.row["token"], tid, until, sizes)
+                  for _ in range(THREAD_READERS)),
+                _watch(proc, url, other_token, until, rss))
+            return took
+
+        during = asyncio.run(attack(time.monotonic() + THREAD_READ_S))
+    # Each answer is a page: a few of the messages, never the whole 41 MiB.
+    assert len(sizes) > THREAD_READERS * 2 and max(sizes) < 5 * 1024 * 1024, max(sizes)
+    assert max(rss) - rss[0] < THREAD_GROWTH_MAX, (rss[0], max(rss))
+    p50 = statistics.median
+    assert p50(during) < max(10 * p50(baseline), 0.05), (p50(baseline), p50(during))
 
 
 # authentication from the headers

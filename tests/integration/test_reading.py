@@ -412,6 +412,61 @@ def test_an_unknown_thread_is_not_found(project: Project):
     not_found(alice.api.thread, "no-such-thread")
 
 
+def test_a_thread_is_read_in_pages_that_neither_skip_nor_repeat(project: Project):
+    alice, bob, carol = project.agent("Alice"), project.agent("Bob"), project.agent("Carol")
+    first = alice.api.send("Bob", "Plan", "x")
+    tid = first["thread_id"]
+    posts = [first["id"]]
+    for n in range(6):
+        poster, to = (bob, "Alice") if n % 2 else (alice, "Bob")
+        posts.append(poster.api.send(to, f"step {n}", "x", thread_id=tid)["id"])
+        if n == 2:  # one Bob may not see: his pages skip it, never end early for it
+            alice.api.send("Carol", "aside", "x", thread_id=tid)
+
+    pages = []
+    cursor = None
+    while True:
+        page = bob.api.thread_page(tid, cursor=cursor, limit=3)
+        pages.append([m["id"] for m in page["messages"]])
+        cursor = page["next_cursor"]
+        if not page["more"]:
+            break
+    assert pages == [posts[:3], posts[3:6], posts[6:]]
+    assert [m["subject"] for m in carol.api.thread(tid)] == ["aside"]
+
+    # The last page's cursor, passed back, gives what was posted since.
+    assert bob.api.thread_page(tid, cursor=cursor)["messages"] == []
+    later = alice.api.send("Bob", "later", "x", thread_id=tid)
+    after = bob.api.thread_page(tid, cursor=cursor)
+    assert [m["id"] for m in after["messages"]] == [later["id"]] and not after["more"]
+    assert [m["id"] for m in bob.api.thread(tid)] == [*posts, later["id"]]
+
+
+def test_a_thread_page_holds_at_most_4_mib_of_messages(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    body = "long " * 200_000  # 1,000,000 bytes: four fit in 4 MiB, five do not
+    first = alice.api.send("Bob", "Long", body)
+    for _ in range(6):
+        alice.api.send("Bob", "Long", body, thread_id=first["thread_id"])
+    sizes, cursor, more = [], None, True
+    while more:
+        page = bob.api.thread_page(first["thread_id"], cursor=cursor, limit=500)
+        sizes.append(len(page["messages"]))
+        cursor, more = page["next_cursor"], page["more"]
+    assert sizes == [4, 3]
+
+
+@pytest.mark.parametrize("params", [{"cursor": "next"}, {"cursor": "-1"}, {"limit": "0"},
+                                    {"limit": "501"}, {"limit": "ten"}])
+def test_a_bad_thread_page_is_invalid_and_named(project: Project, params: Json):
+    alice = project.agent("Alice")
+    sent = alice.api.send("Alice", "Self", "x")
+    with pytest.raises(CourierAPIError) as caught:
+        alice.api.request("GET", f"/v1/threads/{sent['thread_id']}", params=params)
+    assert (caught.value.status, caught.value.code) == (422, "INVALID_ARGUMENT")
+    assert caught.value.details["field"] == next(iter(params))
+
+
 # deliveries
 
 

@@ -8,11 +8,13 @@ shows comes from the public API with the project token as a bearer header.
 from __future__ import annotations
 
 from importlib import resources
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from messaging.errors import not_found
+from messaging.models import ThreadQuery
 from messaging.service import rendering
 from messaging.web import answers
 from messaging.web.deps import FastJSONResponse, Svc, Who
@@ -51,16 +53,17 @@ async def console_asset(asset: str) -> Response:
 @router.get("/v1/threads/{thread_id}/rendered", response_model=answers.RenderedThread,
             responses={304: {"description": "Not modified: the thread is as the `ETag` "
                                              "sent in `If-None-Match` stands for"}})
-async def rendered_thread(thread_id: str, request: Request, svc: Svc, who: Who) -> Response:
-    """A thread as the caller may see it, each message's body as sanitized ``body_html``.
+async def rendered_thread(thread_id: str, q: Annotated[ThreadQuery, Query()], request: Request,
+                          svc: Svc, who: Who) -> Response:
+    """A page of a thread as the caller may see it, each message's body as sanitized ``body_html``.
 
-    ``body_html`` stands in place of ``body_md``. A body that cannot be rendered
-    within the budget is shown as escaped preformatted text
-    (``<pre class="unrendered">``). The answer's ``ETag``
+    Paged as ``GET /v1/threads/{thread_id}``; ``body_html`` stands in place of
+    ``body_md``. A body that cannot be rendered within the budget is shown as
+    escaped preformatted text (``<pre class="unrendered">``). The answer's ``ETag``
     changes whenever the answer does: sent back in ``If-None-Match``, an
-    unchanged thread answers 304 with no body.
+    unchanged page answers 304 with no body.
     """
-    thread, tag = await rendering.rendered_thread(svc.store, who, thread_id, svc.renderer)
+    thread, tag = await rendering.rendered_thread(svc.store, who, thread_id, q, svc.renderer)
     etag = f'"{tag}"'
     headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
     named = if_none_match(request.headers.get("if-none-match", ""))

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from messaging.models import InboxQuery, ReplyIn, SendIn
+from messaging.models import InboxQuery, ReplyIn, SendIn, ThreadQuery
 from messaging.service import reading, sending
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
@@ -60,9 +60,14 @@ async def message_deliveries(message_id: str, svc: Svc, who: Who) -> JSONRespons
 
 
 @router.get("/v1/threads/{thread_id}", response_model=answers.Thread)
-async def get_thread(thread_id: str, svc: Svc, who: Who) -> JSONResponse:
-    """A thread's messages the caller may see."""
-    return ok(await reading.get_thread(svc.store, who, thread_id))
+async def get_thread(thread_id: str, q: Annotated[ThreadQuery, Query()], svc: Svc,
+                     who: Who) -> JSONResponse:
+    """A page of the thread's messages the caller may see, oldest first.
+
+    A page ends after ``limit`` messages or once it holds 4 MiB of messages (one
+    message at least); ``more`` says whether the thread goes on past it.
+    """
+    return ok(await reading.get_thread(svc.store, who, thread_id, q.cursor, q.limit))
 
 
 @router.get("/v1/agents/me/inbox", response_model=answers.InboxPage)

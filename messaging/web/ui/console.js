@@ -27,7 +27,7 @@ const session = {
 
 // UI state kept across polls (never in the URL but the view and the thread id).
 const ui = {search: {q: "", from: "", topic: ""}, human: {cursor: "", messages: []},
-  drawn: "", timer: null, busy: false, shownThread: null};
+  drawn: "", timer: null, busy: false, shownThread: null, threadPages: null};
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -213,45 +213,69 @@ function timeline(d) {
     attempts.length ? el("ul", {class: "attempts"}, attempts) : null);
 }
 
-// The thread last shown (ui.shownThread): a refresh of an unchanged thread is
-// answered 304, with no body.
-async function renderedThread(threadId) {
+// The pages of the thread last shown (ui.shownThread), by cursor: a refresh of an
+// unchanged page is answered 304, with no body. ui.threadPages: how many pages of
+// which thread the reader has opened ("Later messages").
+const threadPath = (threadId, cursor) => `/v1/threads/${encodeURIComponent(threadId)}/rendered`
+  + (cursor ? `?cursor=${encodeURIComponent(cursor)}` : "");
+
+async function renderedPage(threadId, cursor) {
   const last = ui.shownThread;
-  const known = last && last.token === session.token && last.id === threadId && last.thread.etag
-    ? last : null;
-  const answer = await api("GET", `/v1/threads/${encodeURIComponent(threadId)}/rendered`,
-    undefined, known ? {"If-None-Match": known.thread.etag} : {});
-  if (answer.notModified && known) return known.thread;
-  ui.shownThread = {token: session.token, id: threadId, thread: answer};
+  const pages = last && last.token === session.token && last.id === threadId
+    ? last.pages : new Map();
+  ui.shownThread = {token: session.token, id: threadId, pages};
+  const known = pages.get(cursor);
+  const answer = await api("GET", threadPath(threadId, cursor), undefined,
+    known && known.etag ? {"If-None-Match": known.etag} : {});
+  if (answer.notModified && known) return known;
+  pages.set(cursor, answer);
   return answer;
 }
 
+const deliveriesOf = (messages) => Promise.all(messages.map((m) =>
+  api("GET", `/v1/messages/${encodeURIComponent(m.id)}/deliveries`)
+    .then((r) => r.deliveries).catch(() => [])));
+
 async function loadThread(threadId) {
-  const thread = await renderedThread(threadId);
-  const deliveries = await Promise.all(thread.messages.map((m) =>
-    api("GET", `/v1/messages/${encodeURIComponent(m.id)}/deliveries`)
-      .then((r) => r.deliveries).catch(() => [])));
-  return {thread, deliveries};
+  const opened = ui.threadPages && ui.threadPages.id === threadId ? ui.threadPages.count : 1;
+  ui.threadPages = {id: threadId, count: opened};
+  let page = await renderedPage(threadId, "");
+  const thread = {...page, messages: [...page.messages]};
+  for (let n = 1; n < opened && page.more; n++) {
+    page = await renderedPage(threadId, page.next_cursor);
+    thread.messages.push(...page.messages);
+  }
+  thread.more = page.more;
+  return {thread, deliveries: await deliveriesOf(thread.messages)};
+}
+
+function threadMessage(m, first, deliveries) {
+  const body = el("div", {class: "body"});
+  body.innerHTML = m.body_html; // rendered and sanitized by the API (nh3)
+  return el("article", {class: "message", "data-message": m.id},
+    el("header", {}, addressLine(m), " · ", el("time", {}, clock(m.created_ts)),
+      m.notification_policy === "quiet" ? badge("quiet", "muted") : null),
+    m.subject !== first.subject ? el("h3", {}, m.subject) : null,
+    body,
+    el("details", {class: "deliveries", open: true},
+      el("summary", {}, `Deliveries (${deliveries.length})`),
+      deliveries.map(timeline)));
 }
 
 function drawThread({thread, deliveries}) {
+  const first = thread.messages[0];
   const last = thread.messages[thread.messages.length - 1];
-  return [el("h2", {}, thread.messages[0].subject),
-    thread.messages.map((m, i) => {
-      const body = el("div", {class: "body"});
-      body.innerHTML = m.body_html; // rendered and sanitized by the API (nh3)
-      return el("article", {class: "message", "data-message": m.id},
-        el("header", {}, addressLine(m), " · ", el("time", {}, clock(m.created_ts)),
-          m.notification_policy === "quiet" ? badge("quiet", "muted") : null),
-        m.subject !== thread.messages[0].subject ? el("h3", {}, m.subject) : null,
-        body,
-        el("details", {class: "deliveries", open: true},
-          el("summary", {}, `Deliveries (${deliveries[i].length})`),
-          deliveries[i].map(timeline)));
-    }),
+  const later = () => {
+    ui.threadPages.count += 1;
+    if (ui.busy) ui.again = true; else show(true);
+  };
+  return [el("h2", {}, first.subject),
+    thread.messages.map((m, i) => threadMessage(m, first, deliveries[i])),
+    thread.more ? el("button", {type: "button", class: "later", onclick: later},
+      "Later messages") : null,
     el("p", {}, el("a", {href: "#compose", class: "button", onclick: () => {
       ui.reply = {to: last.from === "human" ? (last.to || [])[0] : last.from,
-        thread_id: thread.thread_id, subject: `Re: ${thread.messages[0].subject.replace(/^Re: /, "")}`};
+        thread_id: thread.thread_id, subject: `Re: ${first.subject.replace(/^Re: /, "")}`};
     }}, "Reply as human"))];
 }
 
@@ -452,6 +476,7 @@ function signOut(message) {
   clearInterval(ui.timer);
   ui.human = {cursor: "", messages: []};
   ui.shownThread = null;
+  ui.threadPages = null;
   document.getElementById("app").hidden = true;
   document.getElementById("signout").hidden = true;
   document.getElementById("signin-view").hidden = false;
