@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from standardwebhooks import Webhook
@@ -51,12 +54,15 @@ class World:
         self.alice = stack.client(alice["token"])
         self.clients = [self.op, self.admin, self.alice]
 
-    def hook(self, name: str, behaviour=None, url: str | None = None) -> tuple[str, dict]:
+    def hook(self, name: str, behaviour=None, url: str | None = None,
+             secret: str | None = None) -> tuple[str, dict]:
         path = f"/{uuid.uuid4().hex}"
         if behaviour is not None:
             self.receiver.behaviours[path] = behaviour
-        row = self.admin.register_agent(
-            self.project_id, name, {"kind": "webhook", "url": url or self.receiver.url(path)})
+        transport = {"kind": "webhook", "url": url or self.receiver.url(path)}
+        if secret is not None:
+            transport["secret"] = secret
+        row = self.admin.register_agent(self.project_id, name, transport)
         return path, row
 
     def send(self, to: str, **fields) -> str:
@@ -300,3 +306,62 @@ def test_an_endpoint_failing_for_a_sustained_time_is_unhealthy_and_its_deliverie
     finally:
         w.close()
         stack.stop()
+
+
+# Verifying with the receivers' own libraries (docs/http-api.md, Verifying a
+# delivery): the calls there, exactly, for both kinds of secret.
+
+NPM_VERIFIERS = {"standardwebhooks": "^1.0.0", "svix": "^1.60.0"}
+NPM_CACHE = Path.home() / ".cache" / "courier-tests" / "webhook-verifiers"
+# A secret that is not whsec_: printable, and not ASCII only, so that a verifier
+# reading it as anything but its UTF-8 bytes fails.
+RAW_SECRET = "shared-secret-for-the-hook-é-0123456789"
+VERIFY_JS = """
+const [lib, secret] = process.argv.slice(2);
+const { Webhook } = require(lib);
+const { body, headers } = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const wh = secret.startsWith("whsec_")
+  ? new Webhook(secret)
+  : new Webhook(new TextEncoder().encode(secret), { format: "raw" });
+wh.verify(body, headers);
+console.log("verified");
+"""
+
+
+@pytest.fixture(scope="module")
+def npm_verifiers() -> Path:
+    """The npm verifiers installed in a cache directory kept across runs."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the npm verifiers cannot be run")
+    NPM_CACHE.mkdir(parents=True, exist_ok=True)
+    (NPM_CACHE / "package.json").write_text(json.dumps(
+        {"name": "verifiers", "private": True, "dependencies": NPM_VERIFIERS}))
+    (NPM_CACHE / "verify.js").write_text(VERIFY_JS)
+    if not all((NPM_CACHE / "node_modules" / lib).is_dir() for lib in NPM_VERIFIERS):
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
+                              cwd=NPM_CACHE, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.skip(f"npm install of {sorted(NPM_VERIFIERS)} failed: {done.stderr[-500:]}")
+    return NPM_CACHE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", [None, RAW_SECRET], ids=["generated-whsec", "raw-utf8"])
+def test_every_standard_webhooks_library_verifies_with_the_documented_call(
+        world: World, npm_verifiers: Path, given: str | None):
+    path, row = world.hook("Verified", secret=given)
+    secret = given or row["transport"]["secret"]
+    world.settled(world.send("Verified"))
+    [req] = world.receiver.requests(path)
+    # PyPI standardwebhooks
+    key = secret if secret.startswith("whsec_") else secret.encode()
+    assert Webhook(key).verify(req.body, req.headers)["body_md"] == "# Take it\n"
+    if given is not None:  # the library's reading of a string: base64, not the bytes
+        with pytest.raises(Exception):  # noqa: B017 - the library's error varies
+            Webhook(secret).verify(req.body, req.headers)
+    # npm standardwebhooks and svix
+    delivered = json.dumps({"body": req.body.decode(), "headers": req.headers})
+    for lib in NPM_VERIFIERS:
+        done = subprocess.run(["node", "verify.js", lib, secret], input=delivered,
+                              cwd=npm_verifiers, capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == "verified", (lib, done.stderr)
