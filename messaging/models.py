@@ -465,6 +465,8 @@ class InboxQuery(BaseModel):
         None, description="Only messages with this topic")
     unread_only: bool = Field(False, description="Only messages not yet marked read")
     urgent_only: bool = Field(False, description="Only urgent messages")
+    wake_only: bool = Field(False, description=(
+        "Only wake messages: quiet ones are neither returned nor marked observed"))
 
 
 class ThreadQuery(BaseModel):

@@ -642,9 +642,10 @@ def search(
 
 def _install_commands(root: typer.Typer) -> None:
     """Commands kept in modules of their own."""
-    from messaging.cli.targets import install
+    from messaging.cli import hooks, targets
 
-    install(root)
+    targets.install(root)
+    hooks.install(root)
 
 
 _install_commands(app)

@@ -241,6 +241,8 @@ def _wanted(q: InboxQuery, msg: Json, dlv: Json) -> bool:
         return False
     if q.urgent_only and msg["importance"] not in URGENT:
         return False
+    if q.wake_only and msg["notification_policy"] != "wake":
+        return False
     return not (q.unread_only and dlv.get("read_us"))
 
 
@@ -260,7 +262,7 @@ async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
     after = _parse_cursor(q.cursor)
     items: list[Json] = []
     while len(items) < q.limit:
-        filtered = q.topic is not None or q.unread_only or q.urgent_only
+        filtered = q.topic is not None or q.unread_only or q.urgent_only or q.wake_only
         batch = max(q.limit, SCAN_BATCH) if filtered else q.limit - len(items)
         rows = await store.inbox_after(project_id, agent_id, after, batch)
         if not rows:

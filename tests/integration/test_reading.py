@@ -174,6 +174,17 @@ def test_urgent_only_keeps_high_and_urgent(project: Project):
     assert sorted(found) == sorted([ids["high"], ids["urgent"]])
 
 
+def test_wake_only_returns_wake_mail_and_leaves_quiet_mail_unobserved(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    wake = alice.api.send("Bob", "now", "x")
+    quiet = alice.api.send("Bob", "later", "x", notification_policy="quiet")
+    arrived(project, bob, 2)
+    assert [m["id"] for m in bob.api.inbox(wake_only=True)["messages"]] == [wake["id"]]
+    stages = {m["id"]: project.admin.message_deliveries(m["id"])[0]["stage"]
+              for m in (wake, quiet)}
+    assert stages == {wake["id"]: "delivery_observed", quiet["id"]: "provider_result_recorded"}
+
+
 def test_a_topic_filter_keeps_that_topic_only(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     build = [alice.api.send("Bob", f"b{i}", "x", topic="build")["id"] for i in range(2)]
