@@ -108,6 +108,10 @@ class Settings(BaseSettings):
         "Waits between webhook attempts that failed before hand-off, comma separated."))
     rate_limit_per_s: float = Field(default=200.0, ge=0, description=(
         "Requests per second per token before 429 (`0`: no limit)."))
+    presence_ttl_s: float = Field(default=300.0, ge=0, description=(
+        "How long a busy or idle report holds: past it, unless the host reports "
+        "again, the agent's presence reads unknown (exited stays; 0: reports never "
+        "run out)."))
     outbox_grace_s: float = Field(default=15.0, gt=0, description=(
         "How long a delivery may sit admitted before the sweeper publishes it again."))
     sweep_interval_s: float = Field(default=5.0, gt=0, description=(

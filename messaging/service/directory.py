@@ -185,9 +185,11 @@ async def set_presence(
     """
     project_id, agent_id = caller.require_agent()
     now = now_us()
-    grace_ms = int(get_settings().outbox_grace_s * 1000) if dispatcher is not None else 0
+    settings = get_settings()
+    grace_ms = int(settings.outbox_grace_s * 1000) if dispatcher is not None else 0
     updated, fired = await store.live.set_presence(
-        project_id, agent_id, body.state.value, now, now // 1000 + grace_ms)
+        project_id, agent_id, body.state.value, now, now // 1000 + grace_ms,
+        int(settings.presence_ttl_s * 1_000_000))
     if updated is None:
         raise not_found("agent")
     if dispatcher is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from messaging.store.schema import unpack_message
-from messaging.timefmt import rfc3339
+from messaging.timefmt import now_us, rfc3339
 from messaging.types import Json
 
 STAGES = (
@@ -36,6 +36,14 @@ def transport_row(agent: Json) -> Json:
             "failures_in_a_row": int(endpoint.get("failures") or 0)}
 
 
+def presence_now(agent: Json, now: int | None = None) -> str:
+    """The agent's presence now: a busy or idle report past its lease is unknown."""
+    until_us = agent.get("presence_until_us")
+    if until_us is not None and int(until_us) < (now_us() if now is None else now):
+        return UNKNOWN_PRESENCE
+    return str(agent.get("presence") or UNKNOWN_PRESENCE)
+
+
 def agent_row(agent: Json) -> Json:
     """An agent as the agent list shows it (never its token or webhook secret)."""
     return {
@@ -44,7 +52,7 @@ def agent_row(agent: Json) -> Json:
         "agent_id": agent["id"],
         "label": label(agent),
         "status": agent["status"],
-        "presence": agent.get("presence") or UNKNOWN_PRESENCE,
+        "presence": presence_now(agent),
         "last_active_ts": rfc3339(agent["last_active_us"]),
         "transport": transport_row(agent),
         "bound_source": agent.get("bound_source"),

@@ -104,9 +104,11 @@ class Live:
     # presence
 
     async def set_presence(
-        self, project_id: str, agent_id: str, state: str, now_us: int, due_ms: int
+        self, project_id: str, agent_id: str, state: str, now_us: int, due_ms: int,
+        lease_us: int = 0,
     ) -> tuple[Json | None, list[Fired]]:
-        """Record a presence report and send the idle notices it triggers.
+        """Record a presence report and send the idle notices it triggers. A busy or
+        idle report holds for ``lease_us`` (0: until the next report).
 
         Returns the agent after the change (None when missing) and the notices.
         """
@@ -121,7 +123,8 @@ class Live:
                 script_keys += _notice_keys(project_id, sid, waiting[sid])
             out = await self.scripts["set_presence"](
                 keys=script_keys,
-                args=[*_shared_args(now_us, due_ms), agent_id, state, json.dumps(sub_ids)])
+                args=[*_shared_args(now_us, due_ms), agent_id, state, json.dumps(sub_ids),
+                      lease_us])
             if not out:
                 return None, []
             if out[0] != "retry":

@@ -219,7 +219,7 @@ for i, t in ipairs(targets) do
       end
     end
     table.insert(observations, {delivery_id = did, recipient = label, agent_id = ag.id,
-      transport = ag.transport.kind, stage = "target_selected", presence = presence_of(ag),
+      transport = ag.transport.kind, stage = "target_selected", presence = presence_of(ag, now),
       target = "pinned", held = held})
     table.insert(deliveries, {did, ag.id})
   end

@@ -30,7 +30,7 @@ local function fire_notice(k, state, g)
   local ag = cjson.decode(redis.call("HGET", g.agents, subscriber_id))
   local label = agent_label(ag)
   local transport = ag.transport.kind
-  local presence = presence_of(ag)
+  local presence = presence_of(ag, g.now_us)
   local seq = redis.call("INCR", g.seq)
   local held = ag.inbound == "hold"
   write_delivery(k.dlv, {id = did, message_id = mid, agent_id = subscriber_id,

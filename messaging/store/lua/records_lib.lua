@@ -26,8 +26,11 @@ local function agent_label(ag)
   return ag.name .. " [" .. ag.ref .. "]"
 end
 
--- An agent's presence as observations show it.
-local function presence_of(ag)
-  if type(ag.presence) == "string" then return ag.presence end
-  return "unknown"
+-- An agent's presence as observations show it at now_us: a busy or idle report
+-- past its lease (presence_until_us) is unknown again.
+local function presence_of(ag, now_us)
+  if type(ag.presence) ~= "string" then return "unknown" end
+  local until_us = tonumber(ag.presence_until_us)
+  if until_us and now_us and until_us < tonumber(now_us) then return "unknown" end
+  return ag.presence
 end

@@ -16,6 +16,8 @@
 -- ARGV[5]  agent id
 -- ARGV[6]  state: busy | idle | exited | source_lost
 -- ARGV[7]  JSON list of the subscription ids the caller saw waiting
+-- ARGV[8]  the lease of a busy or idle report, us (0: none): past it the
+--          agent's presence reads unknown until the next report
 --
 -- Returns false when there is no such agent; {"retry"} when a subscription
 -- the caller did not see is waiting (nothing written: read them again);
@@ -26,13 +28,15 @@ local g = notice_context(KEYS, ARGV)
 local agent_id = ARGV[5]
 local state = ARGV[6]
 local expected_json = ARGV[7]
+local lease_us = tonumber(ARGV[8])
 local subscriptions = notice_keys(KEYS, 8)
 
 local raw = redis.call("HGET", g.agents, agent_id)
 if not raw then return false end
 local agent = cjson.decode(raw)
 local expected = cjson.decode(expected_json)
-local fires = (state == "idle" or state == "exited") and agent.presence ~= state
+local fires = (state == "idle" or state == "exited")
+  and presence_of(agent, g.now_us) ~= state
 
 if fires then
   local w = redis.call("HGET", g.idle_subs, agent_id)
@@ -46,6 +50,11 @@ if fires then
 end
 
 agent.presence = state
+if (state == "busy" or state == "idle") and lease_us > 0 then
+  agent.presence_until_us = string.format("%d", tonumber(g.now_us) + lease_us)
+else
+  agent.presence_until_us = nil
+end
 if tonumber(g.now_us) > tonumber(agent.last_active_us) then
   agent.last_active_us = g.now_us
 end

@@ -39,7 +39,7 @@ if redis.call("EXISTS", subscription.sub) == 1 then
 end
 redis.call("HSET", subscription.sub, "state", "waiting", unpack(sub_fields))
 
-local presence = target.presence
+local presence = presence_of(target, g.now_us)
 if not a.after_message and (presence == "idle" or presence == "exited") then
   local r = fire_notice(subscription, presence, g)
   return cjson.encode({status = "notified", state = presence, delivery_id = r[2],
