@@ -408,11 +408,22 @@ def _event_line(event: Event) -> str:
 def watch(
     last_event_id: Annotated[str | None, typer.Option(help="resume after this event id")] = None,
     count: Annotated[int | None, typer.Option(min=1, help="stop after this many events")] = None,
+    run: Annotated[str | None, typer.Option(
+        "--exec", help="for each wake message, run this shell command with the body on "
+                       "stdin and the message's fields in COURIER_MESSAGE_* variables")] = None,
+    state_file: Annotated[Path | None, typer.Option(
+        help="keep the last event handled here, and resume after it")] = None,
     url: Url = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Follow the live events of the token's agent (reconnects by itself; Ctrl-C stops)."""
+    if run is not None:
+        from messaging.cli.watching import follow_with
+
+        call(url, token, follow_with, run, state_file, last_event_id, count, as_json=as_json)
+        return
+
     def follow(client: CourierClient) -> None:
         for seen, event in enumerate(client.events(last_event_id, reconnect=True), 1):
             if as_json:
