@@ -6,12 +6,14 @@ import re
 from pathlib import Path
 
 from messaging import settingsdoc
+from messaging.cli import watching
 from messaging.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
-# COURIER_ words in the code that are not environment variables.
-NOT_SETTINGS = {"COURIER_VERSION"}  # the package's version, imported under that name
+# COURIER_ words in the code that are not variables Courier reads: the package's
+# version (imported under that name), and what `watch --exec` sets for its command.
+NOT_SETTINGS = {"COURIER_VERSION", *watching.FIELDS}
 
 
 def test_the_reference_is_what_the_generator_prints() -> None:
