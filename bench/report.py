@@ -225,10 +225,24 @@ def mcp_rows(r: Json) -> list[Row]:
     ]
 
 
+def durability_rows(r: Json) -> list[Row]:
+    """Admission at each durability level, beside `local` of the same run."""
+    base = f"durability local, c={r['concurrency']}"
+    local = r["local"]
+    out = []
+    for level in ("fsync", "replica"):
+        d = r[level]
+        out += [_row("durability", f"{level}: sends/s", d["per_s"], local["per_s"], base,
+                     on_ratio=True),
+                _row("durability", f"{level}: p50 ms", d["p50_ms"], local["p50_ms"], base),
+                _row("durability", f"{level}: p99 ms", d["p99_ms"], local["p99_ms"], base)]
+    return out
+
+
 ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
         "fairness": fairness_rows, "streams": streams_rows,
-        "rendering": rendering_rows, "mcp": mcp_rows}
+        "rendering": rendering_rows, "mcp": mcp_rows, "durability": durability_rows}
 
 
 def rows(results: Json) -> list[Row]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from messaging.store.connect import is_cluster
+from messaging.store.durability import Durability, Level
 
 OPERATOR_TOKEN_FILE = "operator-token"
 EMBEDDED_URL_FILE = "store-url"
@@ -108,6 +109,16 @@ class Settings(BaseSettings):
         "Waits between webhook attempts that failed before hand-off, comma separated."))
     rate_limit_per_s: float = Field(default=200.0, ge=0, description=(
         "Requests per second per token before 429 (`0`: no limit)."))
+    durability: Level = Field(default=Level.LOCAL, description=(
+        "How far an admission (and a recorded outcome) must reach before it is answered: "
+        "`local` the store's write, `fsync` the store's disk (WAITAOF 1 0), `replica` its "
+        "disk and `COURIER_DURABILITY_REPLICAS` replicas' (WAITAOF 1 N, or WAIT N where "
+        "the server has no WAITAOF). Needs one primary, not a cluster, beyond `local`."))
+    durability_replicas: int = Field(default=1, ge=1, description=(
+        "Replicas a `replica` write must reach."))
+    durability_timeout_s: float = Field(default=5.0, gt=0, description=(
+        "How long a write waits for its level before it is answered 503 "
+        "`STORE_UNAVAILABLE` (it may have been stored: retry with its idempotency key)."))
     presence_ttl_s: float = Field(default=300.0, ge=0, description=(
         "How long a busy or idle report holds: past it, unless the host reports "
         "again, the agent's presence reads unknown (exited stays; 0: reports never "
@@ -213,6 +224,19 @@ class Settings(BaseSettings):
         password = self.data_dir / STORE_PASSWORD_FILE
         secret = password.read_text().strip() if password.exists() else ""
         return f"redis://:{secret}@127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def store_durability(self) -> Durability:
+        """What a write waits for before it is answered (``COURIER_DURABILITY``).
+
+        Raises:
+            SettingsError: a level beyond ``local`` on a Redis Cluster.
+        """
+        if self.durability is not Level.LOCAL and is_cluster(self.store_url):
+            raise SettingsError(f"COURIER_DURABILITY={self.durability.value} needs one "
+                                "primary (with replicas), not a Redis Cluster")
+        return Durability(self.durability, self.durability_replicas,
+                          int(self.durability_timeout_s * 1000))
 
     @property
     def retention_s(self) -> float:

@@ -80,7 +80,7 @@ class CourierError(Exception):
         message: str,
         details: dict[str, Any] | None = None,
         *,
-        persisted: bool = False,
+        persisted: bool | None = False,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -102,7 +102,7 @@ class CourierError(Exception):
         }
 
 
-def _rebuild(code: str, message: str, details: dict[str, Any], persisted: bool,
+def _rebuild(code: str, message: str, details: dict[str, Any], persisted: bool | None,
              headers: dict[str, str]) -> CourierError:
     return CourierError(code, message, details, persisted=persisted, headers=headers)
 
@@ -182,6 +182,16 @@ def store_unavailable() -> CourierError:
     return CourierError(
         "STORE_UNAVAILABLE", "the store could not be reached; nothing was stored, retry later"
     )
+
+
+def not_durable(level: str, reason: str) -> CourierError:
+    """A 503 for a write the store did not confirm at its durability level: it may
+    have been stored (``persisted`` null), and a retry with the same idempotency
+    key replays it if it was."""
+    return CourierError(
+        "STORE_UNAVAILABLE", f"the store did not confirm the send at durability {level} "
+        f"({reason}): it may have been stored; retry with the same idempotency_key, which "
+        "replays it if it was", {"durability": level, "retryable": True}, persisted=None)
 
 
 def store_full() -> CourierError:

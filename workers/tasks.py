@@ -61,7 +61,9 @@ def store() -> DeliveryStore:
     """This process's store connection (made after fork, never shared across it)."""
     global _store
     if _store is None or _store[0] != os.getpid():
-        _store = (os.getpid(), DeliveryStore.from_url(get_settings().store_url))
+        settings = get_settings()
+        _store = (os.getpid(), DeliveryStore.from_url(settings.store_url,
+                                                      settings.store_durability))
     return _store[1]
 
 

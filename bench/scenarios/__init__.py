@@ -9,6 +9,7 @@ from bench.context import Context
 from bench.scenarios import (
     admission,
     delivery,
+    durability,
     end_to_end,
     fairness,
     mcp,
@@ -32,4 +33,5 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": fairness.run,
     "streams": streams.run,
     "rendering": rendering.run,
+    "durability": durability.run,
 }

@@ -14,7 +14,13 @@ from prometheus_client import Counter
 
 from messaging import ids
 from messaging.config import Settings
-from messaging.errors import RECIPIENT_REASON_ORDER, CourierError, not_found, unauthenticated
+from messaging.errors import (
+    RECIPIENT_REASON_ORDER,
+    CourierError,
+    not_durable,
+    not_found,
+    unauthenticated,
+)
 from messaging.models import (
     HUMAN,
     NOTICE_ID_RE,
@@ -27,6 +33,7 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
+from messaging.store.durability import NotDurable
 from messaging.store.schema import Target, pack_message, senders, unpack_message, with_sender
 from messaging.store.store import RateOwed, Store
 from messaging.timefmt import now_us, rfc3339
@@ -341,8 +348,11 @@ async def _admission(
     # The script writes who it is from (the sender's address or its root's: it resolves
     # the recipients), first in the stored JSON.
     message_json = pack_message(message)
-    answer = await store.admit(project_id, args, message_json, body.idempotency_key, operation,
-                               dispatcher.ready_kinds, rate)
+    try:
+        answer = await store.admit(project_id, args, message_json, body.idempotency_key,
+                                   operation, dispatcher.ready_kinds, rate)
+    except NotDurable as e:
+        raise not_durable(e.level.value, e.reason) from None
     if answer["status"] != "ok":
         return answer, message_json, []
     published = _hand_over(dispatcher, project_id, answer)

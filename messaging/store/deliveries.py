@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from messaging.store import connect, keys, searchindex
+from messaging.store.durability import Durability, run_durably
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.timefmt import now_us
@@ -107,17 +110,38 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class DeliveryStore:
-    """Typed operations for workers and the sweeper; every key comes from ``keys``."""
+log = logging.getLogger("courier.store")
 
-    def __init__(self, client: connect.SyncClient) -> None:
+
+class DeliveryStore:
+    """Typed operations for workers and the sweeper; every key comes from ``keys``.
+
+    Outcomes (an inbox entry, a transport's answer) are recorded at ``durability``:
+    a wait that falls short is logged, and the outcome stands (if its node is lost
+    before it is copied, its lease runs out and the delivery is taken again, fenced).
+    """
+
+    def __init__(self, client: connect.SyncClient, durability: Durability | None = None) -> None:
         self.client = client
         self.scripts = scripts_for(client)
+        self.durability = durability or Durability()
+        self.waits = self.durability.waits and not hasattr(client, "get_node_from_key")
 
     @classmethod
-    def from_url(cls, url: str) -> DeliveryStore:
+    def from_url(cls, url: str, durability: Durability | None = None) -> DeliveryStore:
         """A store on new connections to ``url`` (one server or a cluster)."""
-        return cls(connect.sync_client(url))
+        return cls(connect.sync_client(url), durability)
+
+    def _record(self, name: str, script_keys: list[str], args: list[str]) -> Any:
+        """Run the recording script ``name``, at the store's durability."""
+        if not self.waits:
+            return self.scripts[name](keys=script_keys, args=args)
+        reply, short = run_durably(self.client, self.durability, self.scripts[name],
+                                   script_keys, args)
+        if short is not None:
+            log.warning("outcomes recorded without durability %s: %s",
+                        self.durability.level.value, short.reason)
+        return reply
 
     def lease(
         self, project_id: str, delivery_ids: list[str], lease_ms: int, idempotent: bool
@@ -157,7 +181,7 @@ class DeliveryStore:
             script_keys += [keys.delivery(project_id, lease.delivery_id),
                             keys.inbox(project_id, lease.agent_id),
                             keys.events(project_id, lease.agent_id)]
-        return [bool(flag) for flag in self.scripts["put_inbox"](keys=script_keys, args=args)]
+        return [bool(flag) for flag in self._record("put_inbox", script_keys, args)]
 
     def mark_handed_off(self, project_id: str, lease: Leased) -> bool:
         """Mark that this lease's request is leaving; False when the lease was lost."""
@@ -195,7 +219,7 @@ class DeliveryStore:
             args += [str(lease.fence), result.kind, str(result.retry_at_ms), result.error,
                      "1" if result.displayed else "0", result.endpoint,
                      *latency(lease.admitted_us)]
-        return [bool(flag) for flag in self.scripts["record_outcomes"](keys=script_keys, args=args)]
+        return [bool(flag) for flag in self._record("record_outcomes", script_keys, args)]
 
     def expire_lease(self, project_id: str, delivery_id: str, error_sent: str,
                      error_not_sent: str) -> str:

@@ -14,6 +14,7 @@ import redis.exceptions
 from messaging import ids
 from messaging.store import connect, keys
 from messaging.store.deliveries import joining_turns
+from messaging.store.durability import Durability, NotDurable
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
@@ -62,13 +63,14 @@ class Store:
     """Typed operations on the store; every key comes from ``keys``."""
 
     def __init__(self, client: connect.AsyncClient,
-                 waits: connect.AsyncClient | None = None) -> None:
+                 waits: connect.AsyncClient | None = None,
+                 durability: Durability | None = None) -> None:
         self.client = client
         # Blocking reads (event streams) wait on connections of their own, never the API's.
         self.waits = waits or client
         self.scripts = scripts_for(client)
         # The rate checks and admissions of one event-loop tick go in one pipeline.
-        self.ticks = TickBatch(client)
+        self.ticks = TickBatch(client, durability)
         self.scopes: Lru[str, tuple[float, Json]] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
@@ -76,10 +78,12 @@ class Store:
         self.names = Names(client)
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
-        """A store on new connections to ``url`` (one server or a cluster)."""
+    def from_url(cls, url: str, durability: Durability | None = None) -> Store:
+        """A store on new connections to ``url`` (one server or a cluster); admissions
+        are answered once ``durability`` holds."""
         return cls(connect.async_client(url),
-                   connect.async_client(url, connections=connect.WAIT_CONNECTIONS))
+                   connect.async_client(url, connections=connect.WAIT_CONNECTIONS),
+                   durability)
 
     async def close(self) -> None:
         """Close the connection pools."""
@@ -382,7 +386,7 @@ class Store:
         args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
         if rate is None or rate.spent:
             raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
-                                       [orjson.dumps(args), message_json])
+                                       [orjson.dumps(args), message_json], durable=True)
         else:
             raw = await self._admit_owing(script_keys, args, message_json, rate)
         answer: Json = orjson.loads(raw)
@@ -401,7 +405,7 @@ class Store:
             raw = await self.ticks.run(
                 self.scripts["admit_message"], [*script_keys, rate.bucket],
                 [orjson.dumps({**args, "rate": [rate.interval_us, rate.burst_us]}),
-                 message_json])
+                 message_json], durable=True)
         except redis.exceptions.OutOfMemoryError:
             # A full store refused the script's first write, the bucket's: nothing was
             # done. The request is spent where a full store allows it, and the
@@ -411,8 +415,8 @@ class Store:
             if wait_us > 0:
                 raise RateLimited(rate.bucket, wait_us) from None
             return await self.ticks.run(self.scripts["admit_message"], script_keys,
-                                        [orjson.dumps(args), message_json])
-        except redis.exceptions.ResponseError:
+                                        [orjson.dumps(args), message_json], durable=True)
+        except (redis.exceptions.ResponseError, NotDurable):
             rate.spent = True  # the script failed past its first step, the spend
             raise
         rate.spent = True

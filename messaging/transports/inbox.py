@@ -29,7 +29,8 @@ class InboxTransport(Transport):
     def store(self) -> DeliveryStore:
         """The store is the provider (its own pool, made where it is used)."""
         if self._store is None:
-            self._store = DeliveryStore.from_url(self.courier.store_url)
+            self._store = DeliveryStore.from_url(self.courier.store_url,
+                                                 self.courier.store_durability)
         return self._store
 
     def deliver(self, delivery: Delivery) -> Outcome:

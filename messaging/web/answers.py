@@ -29,7 +29,9 @@ class ErrorDetail(Answer):
 class Error(Answer):
     """Every error, whatever its status."""
 
-    persisted: bool = Field(default=False, description="whether anything was stored")
+    persisted: bool | None = Field(default=False, description=(
+        "whether anything was stored; null when it may have been (a durability wait "
+        "that timed out)"))
     error: ErrorDetail
 
 

@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             started.error("%s", exc)
             raise
         check_at_start(settings.store_url, "api")
-        store = Store.from_url(settings.store_url)
+        store = Store.from_url(settings.store_url, settings.store_durability)
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
         svc = Services(settings, store, publisher, operator_token,

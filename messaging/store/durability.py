@@ -1,0 +1,110 @@
+"""How far a write must reach before Courier answers for it.
+
+- ``local``: the write itself (the store's append-only file is fsynced as the
+  server is configured: once a second by default).
+- ``fsync``: the write is on the disk of the node that took it (``WAITAOF 1 0``).
+- ``replica``: on that disk and on the disks of ``replicas`` replicas
+  (``WAITAOF 1 N``; where the server has no WAITAOF, ``WAIT N``: in the
+  replicas' memory).
+
+One wait follows the writes of one pipeline, on the same connection (a wait
+confirms the writes of its own connection only), so concurrent admissions
+share it.
+A wait that times out raises ``NotDurable``: the write was sent and may have
+been stored, and may not survive the loss of its node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import redis.exceptions
+
+
+class Level(StrEnum):
+    """The durability levels of ``COURIER_DURABILITY``."""
+
+    LOCAL = "local"
+    FSYNC = "fsync"
+    REPLICA = "replica"
+
+
+class NotDurable(Exception):
+    """A write the store did not confirm at the level asked for, within the wait."""
+
+    def __init__(self, level: Level, reason: str) -> None:
+        super().__init__(reason)
+        self.level, self.reason = level, reason
+
+
+@dataclass(frozen=True)
+class Durability:
+    """A level, the replicas it needs, and how long a write may wait for them."""
+
+    level: Level = Level.LOCAL
+    replicas: int = 1
+    timeout_ms: int = 5000
+
+    @property
+    def waits(self) -> bool:
+        return self.level is not Level.LOCAL
+
+    @property
+    def needed_replicas(self) -> int:
+        return self.replicas if self.level is Level.REPLICA else 0
+
+    def command(self) -> tuple[Any, ...]:
+        """The wait that follows a pipeline's writes."""
+        return ("WAITAOF", 1, self.needed_replicas, self.timeout_ms)
+
+    def check(self, reply: Any) -> None:
+        """Raise NotDurable unless ``reply`` (the wait's) confirms the level.
+
+        Raises:
+            NotDurable: the wait timed out short of the level, or failed.
+        """
+        if isinstance(reply, Exception):
+            raise NotDurable(self.level, f"the store refused the wait: {reply}")
+        local, replicas = int(reply[0]), int(reply[1])
+        if local < 1:
+            raise NotDurable(self.level, f"not on the store's disk within {self.timeout_ms} ms")
+        if replicas < self.needed_replicas:
+            raise NotDurable(self.level, f"on {replicas} of {self.needed_replicas} replicas' "
+                                         f"disks within {self.timeout_ms} ms")
+
+    def check_wait(self, reply: Any) -> None:
+        """As ``check``, for the reply of ``WAIT`` (servers without WAITAOF)."""
+        if isinstance(reply, Exception):
+            raise NotDurable(self.level, f"the store refused the wait: {reply}")
+        if int(reply) < self.needed_replicas:
+            raise NotDurable(self.level, f"on {int(reply)} of {self.needed_replicas} replicas "
+                                         f"within {self.timeout_ms} ms")
+
+
+def lacks_waitaof(reply: Any) -> bool:
+    """True for a server's refusal of WAITAOF as an unknown command (before 7.2)."""
+    return isinstance(reply, redis.exceptions.ResponseError) and "unknown command" in str(
+        reply).lower()
+
+
+def run_durably(client: Any, durability: Durability, script: Any, keys: list[Any],
+                args: list[Any]) -> tuple[Any, NotDurable | None]:
+    """``script``'s reply, run with the wait of ``durability`` after it on the same
+    connection (a wait confirms only the writes of its own connection), and why the
+    wait fell short, if it did. For the workers' synchronous client on one server."""
+    pipe = client.pipeline(transaction=False)
+    script(keys=keys, args=args, client=pipe)
+    pipe.execute_command(*durability.command())
+    reply, waited = pipe.execute(raise_on_error=False)
+    if isinstance(reply, Exception):
+        raise reply
+    if lacks_waitaof(waited) and durability.level is Level.REPLICA:
+        return reply, NotDurable(durability.level, "the store has no WAITAOF: WAIT is kept "
+                                 "for the API's admissions only")
+    try:
+        durability.check(waited)
+    except NotDurable as e:
+        return reply, e
+    return reply, None
