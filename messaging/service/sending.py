@@ -304,7 +304,7 @@ async def _admission(
     if sender is None:
         raise unauthenticated("unknown token")
     _check_sender(body, sender)
-    # Only a thread's participants post into it; an id no message has starts a thread.
+    # Only a thread's participants post into it; an id no message has is no thread.
     if body.thread_id is not None and not await takes_part(store, caller, body.thread_id):
         raise not_found("thread")
     req = _canonical(body)
