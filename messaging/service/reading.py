@@ -203,25 +203,22 @@ THREAD_BATCH = 200
 
 async def takes_part(store: Store, caller: Caller, thread_id: str) -> bool:
     """True when the agent may post into ``thread_id``: it sent or may see a message
-    of the thread, or the thread has no message yet (the post starts it).
+    of the thread. A thread with no message has no participant: thread ids are the
+    server's (a thread's is its first message's id), never a poster's to claim.
 
     The project's human sees every thread of its project, so posts into any.
     """
     project_id, agent_id = caller.require_agent()
-    if agent_id == HUMAN:
-        return True
     mids = await _thread_ids(store, project_id, thread_id)
-    found = False
     end, size = len(mids), THREAD_FIRST_BATCH
     while end > 0:
         batch = mids[max(0, end - size):end]
         records = await store.get_messages(project_id, batch)
         for record, msg in _of_thread(reversed(records), thread_id):
-            found = True
-            if visible(caller, record, msg) is not None:
+            if agent_id == HUMAN or visible(caller, record, msg) is not None:
                 return True
         end, size = end - len(batch), THREAD_BATCH
-    return not found
+    return False
 
 
 # Inbox sequences are whole numbers a double holds exactly (the inbox's scores).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
 import hashlib
 import json
 from collections.abc import Awaitable
@@ -30,6 +29,7 @@ from messaging.models import (
     ReplyIn,
     SendIn,
 )
+from messaging.service import suggestions
 from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
@@ -311,7 +311,7 @@ async def _admission(
     if sender is None:
         raise unauthenticated("unknown token")
     _check_sender(body, sender)
-    # Only a thread's participants post into it; an id no message has starts a thread.
+    # Only a thread's participants post into it; an id no message has is no thread.
     if body.thread_id is not None and not await takes_part(store, caller, body.thread_id):
         raise not_found("thread")
     req = _canonical(body)
@@ -423,12 +423,13 @@ async def _rejection(store: Store, project_id: str, answer: Json) -> CourierErro
     if status == "sender_gone":
         return unauthenticated("unknown token")
     failures = answer["failures"]
-    names = await store.agent_names(project_id)
+    unknown = [f for f in failures if f["reason"] == "not_found"]
+    names = await store.agent_names(project_id, suggestions.POOL_MAX) if unknown else []
+    close = suggestions.close_names([f["to"].split(" [")[0] for f in unknown], names)
+    for f, suggested in zip(unknown, close, strict=True):
+        f["suggestions"] = suggested
     for f in failures:
         f["reason_code"] = REASON_CODES[f["reason"]]
-        if f["reason"] == "not_found":
-            bare = f["to"].split(" [")[0]
-            f["suggestions"] = difflib.get_close_matches(bare, names, n=3, cutoff=0.6)
     code = min((f["reason_code"] for f in failures), key=RECIPIENT_REASON_ORDER.index)
     listed = ", ".join(f"{f['to']} ({f['reason']})" for f in failures)
     return CourierError(code, f"nothing was sent; these recipients cannot take mail: {listed}",

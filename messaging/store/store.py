@@ -319,8 +319,10 @@ class Store:
         raw = await self.client.hgetall(keys.agents(project_id))
         return [json.loads(v) for v in raw.values()]
 
-    async def agent_names(self, project_id: str) -> list[str]:
-        """Every registered name of the project."""
+    async def agent_names(self, project_id: str, most: int) -> list[str] | None:
+        """Every registered name of the project; None when it has more than ``most``."""
+        if await self.client.hlen(keys.names(project_id)) > most:
+            return None
         return [str(n) for n in await self.client.hkeys(keys.names(project_id))]
 
     async def update_agent(

@@ -35,7 +35,7 @@ from messaging.service.rendering import Renderer
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web import openapi
-from messaging.web.bodylimit import ENVELOPE_BYTES, BodyLimit
+from messaging.web.bodylimit import BodyLimit, request_cap
 from messaging.web.deps import Services
 from messaging.web.direct import DirectSends
 from messaging.web.fairshare import FairShare, ProjectShare
@@ -155,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the body is read at its pace (BodyLimit), then the project's requests past its
     # fair share wait before any work on them (ProjectShare).
     share = FairShare()
-    max_bytes = settings.max_body_bytes + ENVELOPE_BYTES
+    max_bytes = request_cap(settings.max_body_bytes)
     app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH], share=share)
     app.add_middleware(BodyLimit, max_bytes=max_bytes)
     app.add_middleware(Authenticate)

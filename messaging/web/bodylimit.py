@@ -1,5 +1,9 @@
 """The request body limit and pace, counted on the bytes received, before anything parses them.
 
+The limit (``request_cap``) is that of the raw request: it holds the largest
+``body_md`` allowed (whose own limit the send service counts on its text) in
+its worst JSON form, every byte escaped, and the fields around it.
+
 A body is read whole here (it is at most the limit) and handed on; the moment
 more than the limit has arrived, chunked or not, the request is answered 413
 ``BODY_TOO_LARGE`` and the rest is never read. A ``Content-Length`` over the
@@ -24,6 +28,9 @@ from messaging.web.guard import refuse
 
 # Room for the JSON around the largest message body allowed.
 ENVELOPE_BYTES = 64 * 1024
+# The most bytes JSON may take to write one byte of UTF-8 text: ``\u0061`` for ``a``,
+# ``\u0001`` for a control character (which JSON must escape).
+JSON_ESCAPE_MAX = 6
 # Longest wait for the next part of a body, and for all of it.
 BODY_STALL_S = 10.0
 BODY_TOTAL_S = 60.0
@@ -81,6 +88,12 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | N
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def request_cap(max_body_bytes: int) -> int:
+    """The limit of a request's raw bytes for a ``body_md`` limit of ``max_body_bytes``
+    (counted on its text, as UTF-8): room for that text escaped at worst, and the rest."""
+    return JSON_ESCAPE_MAX * max_body_bytes + ENVELOPE_BYTES
 
 
 def too_large(max_bytes: int) -> CourierError:

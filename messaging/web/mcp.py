@@ -38,6 +38,7 @@ from messaging.service.caller import Caller
 from messaging.store.store import Store
 from messaging.timefmt import now_us
 from messaging.types import Json
+from messaging.web.bodylimit import request_cap
 from messaging.web.guard import auth_of
 from messaging.web.mcp_direct import DirectToolCalls
 from messaging.web.mcp_tools import CALLER_SCOPE_KEY, TOOLS, Services
@@ -218,7 +219,8 @@ def mcp_app(settings: Settings) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
     """The ``/mcp`` endpoint (an ASGI app) and the session manager the app's lifespan runs."""
     server = build_server()
     server.streamable_http_app(stateless_http=True, json_response=True,
-                               transport_security=_security(settings))
+                               transport_security=_security(settings),
+                               max_request_body_size=request_cap(settings.max_body_bytes))
     manager = server.session_manager
     direct = DirectToolCalls(StreamableHTTPASGIApp(manager), server.courier_tools,
                              server.server_info, manager.security_settings,

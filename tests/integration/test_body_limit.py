@@ -1,9 +1,11 @@
 """The body limit counts the bytes received, chunked or not (docs/http-api.md: Operations/Limits).
 
-A request body over ``COURIER_MAX_BODY_BYTES`` plus 64 KiB is 413
+A request body over 6 x ``COURIER_MAX_BODY_BYTES`` plus 64 KiB (the largest
+``body_md`` with every byte JSON-escaped, and the rest) is 413
 ``BODY_TOO_LARGE`` as soon as that many bytes have arrived, before anything is
 parsed, whatever the route. Without a valid token the answer is 401 from the
-headers alone, before any of the body is read.
+headers alone, before any of the body is read. ``body_md`` itself is limited
+on its text (UTF-8 bytes), on every face, however the JSON wrote it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.integration.conftest import Project
-from tests.stack import Stack
+from tests.integration.conftest import Agent, Project
+from tests.stack import Stack, project_state
 
 MIB = 1024 * 1024
-LIMIT = MIB + 64 * 1024
+LIMIT = 6 * MIB + 64 * 1024
 CHUNK = 64 * 1024
 FLOOD = 100 * MIB
 
@@ -40,6 +42,7 @@ def _answer_to_a_flood(url: str, path: str, chunked: bool,
         framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if chunked else chunk
         deadline = time.monotonic() + 30
         answer = b""
+        pending = framed  # what is left of the chunk being written (a send may take part)
         while sent < FLOOD and time.monotonic() < deadline:
             try:
                 answer += sock.recv(65536)
@@ -48,8 +51,10 @@ def _answer_to_a_flood(url: str, path: str, chunked: bool,
             except BlockingIOError:
                 pass
             try:
-                sock.send(framed)
-                sent += len(chunk)
+                pending = pending[sock.send(pending):]
+                if not pending:
+                    sent += len(chunk)
+                    pending = framed
             except BlockingIOError:
                 time.sleep(0.001)
             except (BrokenPipeError, ConnectionResetError):
@@ -111,3 +116,50 @@ def test_a_body_just_under_the_limit_reaches_the_route(stack: Stack):
                                                    "Content-Type": "application/json"})
     assert len(padded) <= LIMIT
     assert response.status_code == 201, response.text
+
+
+# 1 MiB of text that JSON must escape: 6 MiB on the wire.
+CONTROLS = "\u0001" * MIB
+MCP_ACCEPT = "application/json, text/event-stream"
+
+
+def _stored_body(reader: Agent, message_id: str) -> str:
+    got = reader.api.http.get(f"/v1/messages/{message_id}")
+    assert got.status_code == 200, got.text
+    return str(got.json()["body_md"])
+
+
+def test_a_body_md_at_its_limit_of_text_is_admitted_however_escaped(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    sent = alice.api.http.post("/v1/messages", json={  # the fast path
+        "to": ["Bob"], "subject": "Controls", "body_md": CONTROLS})
+    assert sent.status_code == 201, sent.text[:300]
+    assert _stored_body(bob, sent.json()["id"]) == CONTROLS
+    replied = bob.api.http.post(f"/v1/messages/{sent.json()['id']}/reply", json={
+        "body_md": CONTROLS})  # a FastAPI route
+    assert replied.status_code == 201, replied.text[:300]
+    called = httpx.post(f"{project.stack.api_url}/mcp", timeout=60, headers={
+        "Accept": MCP_ACCEPT, "Authorization": f"Bearer {alice.row['token']}"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "send_message",
+            "arguments": {"to": ["Bob"], "subject": "Controls", "body_md": CONTROLS}}})
+    assert called.status_code == 200, called.text[:300]
+    result = called.json()["result"]
+    assert result["isError"] is False, result
+    assert _stored_body(bob, result["structuredContent"]["id"]) == CONTROLS
+
+
+@pytest.mark.parametrize("text", ["\u0001", "\u00e9"], ids=["control", "two-byte"])
+def test_a_body_md_one_byte_over_its_limit_of_text_is_refused(project: Project, text: str):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    before = project_state(project.stack, project.project_id)
+    body_md = text * (MIB // len(text.encode())) + "x"
+    assert len(body_md.encode()) == MIB + 1
+    sent = alice.api.http.post("/v1/messages", json={
+        "to": ["Bob"], "subject": "Over", "body_md": body_md})
+    assert sent.status_code == 413, sent.text[:300]
+    error = sent.json()["error"]
+    assert (error["code"], error["details"]) == ("BODY_TOO_LARGE", {
+        "field": "body_md", "max_bytes": MIB})
+    assert sent.json()["persisted"] is False
+    assert project_state(project.stack, project.project_id) == before

@@ -111,10 +111,12 @@ def test_a_replay_does_not_resolve_the_recipients_again(project: Project):
 @pytest.mark.parametrize("change", [{"subject": "Other"}, {"body_md": "# Next\n"},
                                     {"to": ["Carol"]}, {"cc": ["Carol"]},
                                     {"importance": "high"}, {"topic": "build"},
-                                    {"thread_id": "t-1"}, {"notification_policy": "quiet"}])
+                                    {"thread_id": "started"}, {"notification_policy": "quiet"}])
 def test_the_same_key_with_another_request_is_a_conflict_that_stores_nothing(
         project: Project, change: Json):
     alice, _, _ = project.agent("Alice"), project.agent("Bob"), project.agent("Carol")
+    if "thread_id" in change:  # a thread Alice takes part in: thread ids are the server's
+        change = {"thread_id": alice.api.send("Bob", "Kickoff", "x")["thread_id"]}
     sent = alice.api.send(**BODY)
     settled(project, alice, sent)
     before = project_state(project.stack, project.project_id)
@@ -230,7 +232,8 @@ def test_the_idempotency_record_expires_after_seven_days(project: Project):
 
 def test_nothing_but_the_idempotency_record_expires(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
-    sent = alice.api.send(**BODY, thread_id="t-1")
+    thread_id = alice.api.send("Bob", "Kickoff", "x")["thread_id"]
+    sent = alice.api.send(**BODY, thread_id=thread_id)
     settled(project, alice, sent)
     bob.api.mark_read(sent["id"])
     record = idem_key(project, alice, BODY["idempotency_key"])

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from messaging.web.bodylimit import ENVELOPE_BYTES
+from messaging.web.bodylimit import request_cap
 from tests.integration.conftest import Agent, Project
 from tests.stack import Stack, make_stack, wait_until
 
@@ -143,7 +143,7 @@ SEND_WAYS = {
     "no subject": lambda n: {"json": {"to": ["Bob"], "body_md": "x"}},
     "not JSON": lambda n: {"content": b"{", "headers": {"Content-Type": "application/json"}},
     "over the request limit": lambda n: {"content": b'{"to": ["Bob"], "body_md": "' + b"x" * (
-        MAX_BODY_BYTES + ENVELOPE_BYTES) + b'"}', "headers": {"Content-Type": "application/json"}},
+        request_cap(MAX_BODY_BYTES)) + b'"}', "headers": {"Content-Type": "application/json"}},
     "body_md over its limit": lambda n: {"json": {"to": ["Bob"], "subject": "s",
                                                   "body_md": "x" * (MAX_BODY_BYTES + 1)}},
     "reads between sends": lambda n: {"json": {"to": ["Bob"], "subject": f"n{n}",

@@ -1,11 +1,15 @@
 """Names that read as others (docs/http-api.md: Projects and agents).
 
 Names are NFKC-normalized, stored and compared that way; names with invisible
-format characters, and names that read as a reserved name, are refused, so mail
-to a lookalike of ``human`` reaches no impostor.
+format characters, and names that read as a reserved name (once what shows
+nothing is removed and confusables are folded), are refused, so mail to a
+lookalike of ``human`` reaches no impostor.
 """
 
 from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -19,6 +23,37 @@ IMPOSTORS = [
     "\u0397UMAN",  # Greek capital eta
     "c\u043eurier",  # Cyrillic o
     "rnain",  # rn reads as m
+]
+# Each renders as `human`, `main` or `courier`: code points that show nothing
+# (default ignorable, or the braille blank), small capitals and other confusables.
+READ_AS_RESERVED = [
+    "human\ufe0f",  # variation selector 16
+    "main\ufe00",  # variation selector 1
+    "human\U000e0100",  # variation selector 17
+    "hu\u034fman",  # combining grapheme joiner
+    "human\u180b",  # Mongolian free variation selector 1
+    "ma\u180fin",  # Mongolian free variation selector 4
+    "human\u3164",  # Hangul filler
+    "\u115fhuman",  # Hangul choseong filler
+    "hu\u1160man",  # Hangul jungseong filler
+    "hu\uffa0man",  # halfwidth Hangul filler
+    "human\u2800",  # braille pattern blank
+    "cour\u17b4ier",  # Khmer vowel inherent aq
+    "\u029cuman",  # small capital h
+    "\u1d0dain",  # small capital m
+    "\u1d04\u1d0f\u1d1c\u0280\u026a\u1d07\u0280",  # courier in small capitals
+    "\u029c\u1d1c\u1d0d\u1d00\u0274",  # human in small capitals
+    "\u04bbu\u043c\u0430n",  # Cyrillic shha, em and a
+    "c0urier",  # digit zero
+    "ma\u0131n",  # dotless i
+    "Hum\u00e1n",  # an accent
+]
+# Ordinary names, Latin or not, that read as no reserved name.
+ORDINARY = [
+    "さくら", "山田 太郎", "민준", "محمد",  # Japanese, Korean, Arabic
+    "\u0410\u043b\u0435\u043a\u0441\u0435\u0439", "\u041d\u0438\u043d\u0430",  # Алексей, Нина
+    "\u039c\u03b1\u03c1\u03af\u03b1",  # Μαρία
+    "\u2764\ufe0f bot", "Human Resources", "mainframe", "Courier pigeon",
 ]
 
 
@@ -40,6 +75,36 @@ def test_a_lookalike_or_invisible_name_is_refused_and_nothing_is_registered(
     authorized = project.admin.http.put(f"/v1/projects/{project.project_id}/names/{name}",
                                         json={})
     assert authorized.status_code == 422, authorized.text
+
+
+def _refused(got: Any) -> None:
+    assert got.status_code == 422, got.text
+    error = got.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("INVALID_ARGUMENT", "name")
+    assert "reads as the reserved name" in error["message"]
+    assert got.json()["persisted"] is False
+
+
+@pytest.mark.parametrize("name", READ_AS_RESERVED)
+def test_a_name_that_renders_as_a_reserved_name_is_refused_registered_and_authorized(
+        project: Project, name: str):
+    path = f"/v1/projects/{project.project_id}"
+    _refused(project.admin.http.post(f"{path}/agents", json={
+        "name": name, "transport": {"kind": "inbox"}}))
+    _refused(project.admin.http.put(f"{path}/names/{quote(name)}", json={}))
+    assert _names(project) == []
+    assert project.admin.http.get(f"{path}/names").json()["names"] == []
+
+
+def test_ordinary_names_in_any_script_are_registered_and_authorized(project: Project):
+    path = f"/v1/projects/{project.project_id}"
+    for name in ORDINARY:
+        got = project.admin.http.post(f"{path}/agents", json={
+            "name": name, "transport": {"kind": "inbox"}})
+        assert got.status_code == 201, got.text
+        authorized = project.admin.http.put(f"{path}/names/{quote(name)}-x", json={})
+        assert authorized.status_code == 200, authorized.text
+    assert sorted(_names(project)) == sorted(ORDINARY)
 
 
 def test_mail_to_a_lookalike_of_human_reaches_no_impostor(project: Project):

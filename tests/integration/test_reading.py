@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from messaging import ids
 from messaging.client import CourierAPIError
 from messaging.store import keys
 from tests.integration.conftest import Agent, Project
-from tests.stack import wait_until
+from tests.stack import project_state, wait_until
 
 Json = dict[str, Any]
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -326,9 +327,10 @@ def test_a_message_is_not_found_for_an_agent_that_is_not_in_it(project: Project)
 
 def test_a_reply_keeps_the_thread_and_goes_to_the_original_sender(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
-    sent = alice.api.send("Bob", "Plan", "x", thread_id="plan-7", topic="build")
+    thread_id = alice.api.send("Bob", "Kickoff", "x")["thread_id"]
+    sent = alice.api.send("Bob", "Plan", "x", thread_id=thread_id, topic="build")
     reply = bob.api.reply(sent["id"], "Done.")
-    assert reply["thread_id"] == "plan-7"
+    assert reply["thread_id"] == thread_id
     assert reply["to"] == [alice.label] and recipients_of(reply) == [alice.id]
     assert reply["from"] == bob.label and reply["in_reply_to"] == sent["id"]
     assert (reply["subject"], reply["body_md"], reply["topic"]) == ("Re: Plan", "Done.", "build")
@@ -346,24 +348,50 @@ def test_only_a_thread_s_participants_post_into_it(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     carol, dan = project.agent("Carol"), project.agent("Dan")
     started = alice.api.send("Bob", "Plan", "x", bcc=["Dan"])
-    named = alice.api.send("Bob", "Named", "x", thread_id="plan-8")
-    for thread_id in (started["thread_id"], "plan-8"):
+    other = alice.api.send("Bob", "Other", "x")
+    for thread_id in (started["thread_id"], other["thread_id"]):
         before = [m["id"] for m in alice.api.thread(thread_id)]
         assert _post_in(carol, thread_id) == 404  # it learned the id, it takes no part
         assert [m["id"] for m in alice.api.thread(thread_id)] == before
         assert _post_in(bob, thread_id) == 201  # a recipient
         assert _post_in(alice, thread_id, to="Bob") == 201  # the sender
     assert _post_in(dan, started["thread_id"]) == 201  # a bcc recipient takes part too
-    assert _post_in(dan, "plan-8") == 404
-    # an id no message has starts a thread, whose participants then post into it
-    assert _post_in(carol, "carol-1") == 201
-    assert _post_in(alice, "carol-1", to="Bob") == 201  # Alice received Carol's message
-    assert _post_in(dan, "carol-1") == 404
-    assert named["thread_id"] == "plan-8"
+    assert _post_in(dan, other["thread_id"]) == 404
     # the project's human sees every thread of its project, and posts into any
     human = project.admin.http.post(f"/v1/projects/{project.project_id}/messages", json={
-        "to": ["Alice"], "subject": "From the human", "body_md": "x", "thread_id": "plan-8"})
+        "to": ["Alice"], "subject": "From the human", "body_md": "x",
+        "thread_id": other["thread_id"]})
     assert human.status_code == 201, human.text
+
+
+@pytest.mark.parametrize("thread_id", ["plan-8", "msg_0123456789abcdef0123456789", "x"])
+def test_an_id_no_message_has_is_no_thread_to_post_into(project: Project, thread_id: str):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    before = project_state(project.stack, project.project_id)
+    got = alice.api.http.post("/v1/messages", json={
+        "to": ["Bob"], "subject": "Claim", "body_md": "x", "thread_id": thread_id})
+    assert got.status_code == 404, got.text
+    assert got.json()["persisted"] is False
+    assert got.json()["error"]["code"] == "NOT_FOUND"
+    assert project_state(project.stack, project.project_id) == before
+    human = project.admin.http.post(f"/v1/projects/{project.project_id}/messages", json={
+        "to": ["Bob"], "subject": "Claim", "body_md": "x", "thread_id": thread_id})
+    assert human.status_code == 404, human.text
+    assert bob.api.inbox()["messages"] == []
+
+
+def test_an_agent_cannot_claim_a_thread_id_before_it_exists(project: Project):
+    alice, bob, mallory = (project.agent(n) for n in ("Alice", "Bob", "Mallory"))
+    # Mallory cannot pre-claim the id Alice's next thread would have, nor any other
+    # well-known one: only the server mints thread ids, as each thread's first message.
+    for claimed in ("release-plan", ids.new_message_id(project.project_id)):
+        assert _post_in(mallory, claimed, to="Bob") == 404
+    started = alice.api.send("Bob", "Release plan", "x")
+    assert started["thread_id"] == started["id"]
+    assert _post_in(bob, started["thread_id"]) == 201
+    assert [m["subject"] for m in alice.api.thread(started["thread_id"])] == [
+        "Release plan", "In the thread"]
+    assert _post_in(mallory, started["thread_id"], to="Bob") == 404
 
 
 def test_a_reply_goes_to_the_original_sender_even_after_a_newer_namesake(project: Project):

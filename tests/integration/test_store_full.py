@@ -66,7 +66,8 @@ def test_writes_answer_store_full_and_write_nothing(small: Stack) -> None:
             with Full(small):
                 refused(lambda: a.send(["Bob"], "Full", "# no room\n",
                                        idempotency_key="k-1"))
-                refused(lambda: a.send(["Bob", "Alice"], "Full", "# no room\n", thread_id="t-9"))
+                refused(lambda: a.send(["Bob", "Alice"], "Full", "# no room\n",
+                                       thread_id=first["thread_id"]))
                 refused(lambda: b.reply(first["id"], "# no room\n"))
                 refused(lambda: b.acknowledge(first["id"]))
                 refused(lambda: admin.register_agent(p["project_id"], "Carol"))

@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+import disarm
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -116,6 +117,10 @@ def test_a_name_that_reads_as_a_reserved_name_is_refused(name: str):
     with pytest.raises(ValidationError) as err:
         parse(AgentIn, agent(name))
     assert err.value.errors()[0]["loc"] == ("name",)
+
+
+def test_the_lookalike_data_is_of_a_current_unicode_version():
+    assert tuple(int(n) for n in disarm.CONFUSABLES_VERSION.split(".")) >= (17, 0, 0)
 
 
 @pytest.mark.parametrize(("given", "stored"), [
