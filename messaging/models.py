@@ -255,7 +255,8 @@ class AgentIn(Model):
     transport: TransportIn
     bound_source: BoundSourceIn | None = None
     parent: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
-    inbound: Annotated[Inbound, ByValue] = Inbound.OPEN
+    inbound: Annotated[Inbound, ByValue] = Field(Inbound.OPEN, description=(
+        "open (the default), or hold: mail from other agents waits for the project's human"))
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     model: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     description: ShortText | None = None
@@ -264,7 +265,8 @@ class AgentIn(Model):
 class NameAllowIn(Model):
     """``PUT /v1/projects/{project_id}/names/{name}``."""
 
-    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S)] = NAME_TTL_S
+    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S)] = Field(NAME_TTL_S, description=(
+        f"Seconds the authorization lasts (default {NAME_TTL_S}, at most 7 days)"))
 
 
 class PresenceIn(Model):
@@ -357,8 +359,9 @@ class SendFields(Model):
 RECIPIENT_FORMS = (
     "each an agent name, `Name [ref]` (that agent exactly, as a listing, an error or a "
     "message's `from` shows it), an agent id, or `main` (the root of your parent chain)")
-CC_HELP = "Copied recipients, in the same forms as to; every recipient sees them"
-BCC_HELP = "Blind copies, in the same forms as to; the other recipients do not see them"
+CC_HELP = "Copied recipients, in the same forms as to; every recipient sees them (default none)"
+BCC_HELP = ("Blind copies, in the same forms as to; the other recipients do not see them "
+            "(default none)")
 ThreadId = Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)]
 THREAD_HELP = ("A thread to post in (1-128 letters, digits and ._-); omitted, the message "
                "starts a thread whose id is its own id")
@@ -440,7 +443,8 @@ class SubscriptionIn(Model):
 
     target: Recipient = Field(description=(
         "The agent to hear about: its name, `Name [ref]` or agent id"))
-    kind: Literal["idle"] = Field("idle", description="What to wait for: idle (the only kind)")
+    kind: Literal["idle"] = Field("idle", description=(
+        "What to wait for: idle (the only kind, and the default)"))
     message: SubscriptionMessageIn | None = Field(None, description=(
         "Send fields without to: a message sent to the target now; the notice then waits for "
         "its next idle or exit after that. Omitted: a pure subscription that costs the target "
