@@ -152,7 +152,8 @@ class Observation(Answer):
     agent_id: str | None = Field(description="null while the target is pending")
     transport: str | None = Field(description="null while the target is pending")
     stage: str
-    presence: str | None = None
+    presence: str | None = Field(description="busy, idle, exited, source_lost or unknown; "
+                                 "null while the target is pending")
     target: str = Field(description="pinned or pending")
     held: bool = Field(description="waiting for the project's human to release it")
     expires_ts: str | None = Field(default=None, description="a pending target's: when its "
