@@ -11,6 +11,7 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -202,6 +203,18 @@ class Model(BaseModel):
         return _no_surrogates(value)
 
 
+def _integral(value: Any) -> Any:
+    """A JSON number with no fractional part (``3.0``) as the integer it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# What the schema calls an integer, as JSON Schema counts it: 3 and 3.0, not 3.5
+# (nor "3" or true, which strict models refuse). One rule on every face. Put it
+# after an int's constraints (``Annotated[int, Field(le=...), Integral]``): before
+# them, the schema would lose its minimum and maximum.
+Integral = BeforeValidator(_integral)
 OneLine = Annotated[str, AfterValidator(_one_line)]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
@@ -265,8 +278,9 @@ class AgentIn(Model):
 class NameAllowIn(Model):
     """``PUT /v1/projects/{project_id}/names/{name}``."""
 
-    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S)] = Field(NAME_TTL_S, description=(
-        f"Seconds the authorization lasts (default {NAME_TTL_S}, at most 7 days)"))
+    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S), Integral] = Field(
+        NAME_TTL_S, description=f"Seconds the authorization lasts (default {NAME_TTL_S}, at "
+                                "most 7 days)")
 
 
 class PresenceIn(Model):
@@ -449,12 +463,13 @@ class SubscriptionIn(Model):
         "Send fields without to: a message sent to the target now; the notice then waits for "
         "its next idle or exit after that. Omitted: a pure subscription that costs the target "
         "nothing"))
-    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S)] = Field(
+    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S), Integral] = Field(
         SUBSCRIPTION_TTL_S, description=(
             "Seconds to wait (default 3600, at most 7 days); then one expired notice instead"))
 
 
 CURSOR_HELP = "The next_cursor of the previous page, to continue from there"
+PageLimit = Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX), Integral]
 LIMIT_HELP = f"Messages per page, 1-{INBOX_LIMIT_MAX} (default 50)"
 
 
@@ -463,7 +478,7 @@ class InboxQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cursor: str | None = Field(None, description=CURSOR_HELP)
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
+    limit: PageLimit = Field(50, description=LIMIT_HELP)
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
         None, description="Only messages with this topic")
     unread_only: bool = Field(False, description="Only messages not yet marked read")
@@ -486,7 +501,7 @@ class SearchQuery(BaseModel):
     until: AwareDatetime | None = Field(
         None, description="Only messages sent at or before this time (RFC 3339, with a zone)")
     cursor: str | None = Field(None, description=CURSOR_HELP)
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
+    limit: PageLimit = Field(50, description=LIMIT_HELP)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -4,7 +4,8 @@ An unknown tool, a ``tools/call`` that calls no tool (params not an object, no
 tool name, arguments not an object) and a call without arguments each come
 back as a tool error carrying Courier's error object, counted in
 ``courier_refusals_total{face="mcp"}``, on both paths (the direct one and the
-SDK's) and at every protocol version.
+SDK's) and at every protocol version. Integers follow JSON Schema on both
+faces: 3.0 is an integer, 3.5 is not.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.integration.conftest import Agent, Project
 from tests.integration.test_limits import _moved, _refusals
 from tests.integration.test_mcp import mcp
 from tests.integration.test_mcp_direct import DIRECT, SDKS
+from tests.stack import wait_until
 
 Json = dict[str, Any]
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
@@ -120,3 +122,40 @@ def test_the_sdk_client_gets_the_error_object_for_an_unknown_tool_and_no_argumen
     assert not inbox_error and inbox["messages"] == []  # nothing it needs: it runs
     assert _moved(before, _refusals(project.stack, "mcp")) == {
         "NOT_FOUND": 1, "INVALID_ARGUMENT": 1}
+
+
+@pytest.mark.parametrize("content_type", [DIRECT, SDKS])
+def test_an_integral_float_is_an_integer_on_mcp_and_a_fraction_is_refused(
+        project: Project, alice: Agent, content_type: str):
+    for n in range(3):
+        alice.api.send("Alice", f"Note {n}", "x")
+    wait_until(lambda: len(alice.api.inbox()["messages"]) == 3, what="three notes delivered")
+    inbox = post(project, alice, {"name": "fetch_inbox", "arguments": {"limit": 2.0}},
+                 content_type, MODERN, "fetch_inbox").json()["result"]
+    assert len(inbox["structuredContent"]["messages"]) == 2
+    watch = post(project, alice, {"name": "subscribe_idle",
+                                  "arguments": {"target": "Bob", "ttl_s": 60.0}},
+                 content_type, MODERN, "subscribe_idle").json()["result"]
+    assert watch["structuredContent"]["ttl_s"] == 60, watch
+    for tool, args, field in [("fetch_inbox", {"limit": 2.5}, "limit"),
+                              ("subscribe_idle", {"target": "Bob", "ttl_s": 60.5}, "ttl_s")]:
+        error = tool_error(post(project, alice, {"name": tool, "arguments": args},
+                                content_type, MODERN, tool))
+        assert (error["code"], error["details"]["field"]) == ("INVALID_ARGUMENT", field)
+
+
+def test_an_integral_float_is_an_integer_on_rest_and_a_fraction_is_refused(
+        project: Project, alice: Agent):
+    http, admin = alice.api.http, project.admin.http
+    watch = http.post("/v1/subscriptions", json={"target": "Bob", "ttl_s": 60.0})
+    assert watch.status_code == 201 and watch.json()["ttl_s"] == 60, watch.text
+    names = f"/v1/projects/{project.project_id}/names"
+    allowed = admin.put(f"{names}/Later", json={"ttl_s": 600.0})
+    assert allowed.status_code == 200, allowed.text
+    assert http.get("/v1/agents/me/inbox", params={"limit": "2.0"}).status_code == 200
+    for answer, field in [
+            (http.post("/v1/subscriptions", json={"target": "Bob", "ttl_s": 60.5}), "ttl_s"),
+            (admin.put(f"{names}/Soon", json={"ttl_s": 600.5}), "ttl_s"),
+            (http.get("/v1/agents/me/inbox", params={"limit": "2.5"}), "limit")]:
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["details"]["field"] == field
