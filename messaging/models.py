@@ -11,6 +11,7 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -203,6 +204,18 @@ class Model(BaseModel):
         return _no_surrogates(value)
 
 
+def _integral(value: Any) -> Any:
+    """A JSON number with no fractional part (``3.0``) as the integer it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# What the schema calls an integer, as JSON Schema counts it: 3 and 3.0, not 3.5
+# (nor "3" or true, which strict models refuse). One rule on every face. Put it
+# after an int's constraints (``Annotated[int, Field(le=...), Integral]``): before
+# them, the schema would lose its minimum and maximum.
+Integral = BeforeValidator(_integral)
 OneLine = Annotated[str, AfterValidator(_one_line)]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
@@ -256,7 +269,8 @@ class AgentIn(Model):
     transport: TransportIn
     bound_source: BoundSourceIn | None = None
     parent: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
-    inbound: Annotated[Inbound, ByValue] = Inbound.OPEN
+    inbound: Annotated[Inbound, ByValue] = Field(Inbound.OPEN, description=(
+        "open (the default), or hold: mail from other agents waits for the project's human"))
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     model: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
     description: ShortText | None = None
@@ -265,7 +279,9 @@ class AgentIn(Model):
 class NameAllowIn(Model):
     """``PUT /v1/projects/{project_id}/names/{name}``."""
 
-    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S)] = NAME_TTL_S
+    ttl_s: Annotated[int, Field(ge=1, le=NAME_TTL_MAX_S), Integral] = Field(
+        NAME_TTL_S, description=f"Seconds the authorization lasts (default {NAME_TTL_S}, at "
+                                "most 7 days)")
 
 
 class PresenceIn(Model):
@@ -358,8 +374,9 @@ class SendFields(Model):
 RECIPIENT_FORMS = (
     "each an agent name, `Name [ref]` (that agent exactly, as a listing, an error or a "
     "message's `from` shows it), an agent id, or `main` (the root of your parent chain)")
-CC_HELP = "Copied recipients, in the same forms as to; every recipient sees them"
-BCC_HELP = "Blind copies, in the same forms as to; the other recipients do not see them"
+CC_HELP = "Copied recipients, in the same forms as to; every recipient sees them (default none)"
+BCC_HELP = ("Blind copies, in the same forms as to; the other recipients do not see them "
+            "(default none)")
 ThreadId = Annotated[str, StringConstraints(pattern=THREAD_RE.pattern)]
 THREAD_HELP = ("A thread to post in (1-128 letters, digits and ._-); omitted, the message "
                "starts a thread whose id is its own id")
@@ -441,17 +458,19 @@ class SubscriptionIn(Model):
 
     target: Recipient = Field(description=(
         "The agent to hear about: its name, `Name [ref]` or agent id"))
-    kind: Literal["idle"] = Field("idle", description="What to wait for: idle (the only kind)")
+    kind: Literal["idle"] = Field("idle", description=(
+        "What to wait for: idle (the only kind, and the default)"))
     message: SubscriptionMessageIn | None = Field(None, description=(
         "Send fields without to: a message sent to the target now; the notice then waits for "
         "its next idle or exit after that. Omitted: a pure subscription that costs the target "
         "nothing"))
-    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S)] = Field(
+    ttl_s: Annotated[int, Field(ge=1, le=SUBSCRIPTION_TTL_MAX_S), Integral] = Field(
         SUBSCRIPTION_TTL_S, description=(
             "Seconds to wait (default 3600, at most 7 days); then one expired notice instead"))
 
 
 CURSOR_HELP = "The next_cursor of the previous page, to continue from there"
+PageLimit = Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX), Integral]
 LIMIT_HELP = f"Messages per page, 1-{INBOX_LIMIT_MAX} (default 50)"
 
 
@@ -460,7 +479,7 @@ class InboxQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cursor: str | None = Field(None, description=CURSOR_HELP)
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
+    limit: PageLimit = Field(50, description=LIMIT_HELP)
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
         None, description="Only messages with this topic")
     unread_only: bool = Field(False, description="Only messages not yet marked read")
@@ -494,7 +513,7 @@ class SearchQuery(BaseModel):
     until: AwareDatetime | None = Field(
         None, description="Only messages sent at or before this time (RFC 3339, with a zone)")
     cursor: str | None = Field(None, description=CURSOR_HELP)
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(50, description=LIMIT_HELP)
+    limit: PageLimit = Field(50, description=LIMIT_HELP)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

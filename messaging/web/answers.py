@@ -1,7 +1,10 @@
 """The API's answers as models, for its OpenAPI document (handlers answer plain JSON).
 
-Each model names the fields a client can count on; ``extra="allow"`` because
-an answer may carry more (fields added later, per-transport details).
+Each model names every field its answer carries, with its type: a field with no
+default is in every answer (null when it says so), one with a default only in
+some. ``extra="allow"`` because a later version may add fields (and a plug-in
+transport its settings); tests/integration/test_answer_schemas.py compares
+every route's real answer with its schema.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class Ready(Answer):
     ready: bool
     store: bool
     broker: bool
+    store_full: bool = Field(description="the store has no room for writes")
+    store_used_memory_bytes: int = Field(description="0 when the store does not answer")
+    store_max_memory_bytes: int = Field(description="the store's maxmemory; 0: no limit")
 
 
 class ProjectCreated(Answer):
@@ -84,10 +90,26 @@ class Projects(Answer):
 
 
 class Transport(Answer):
-    """An agent's transport as listed: its kind, and an endpoint's health."""
+    """An agent's transport: its kind, and for one that reaches out to an endpoint (all but
+    the inbox) the endpoint's health; on registration its settings instead."""
 
     kind: str
-    health: str | None = None
+    health: str | None = Field(default=None, description="healthy or unhealthy")
+    failures_in_a_row: int | None = Field(default=None, description="the endpoint's failed "
+                                          "attempts since its last success")
+    url: str | None = Field(default=None, description="a webhook's URL, in the registration "
+                            "answer only")
+    secret: str | None = Field(default=None, description="a webhook's secret, shown once: in "
+                               "the registration answer only")
+
+
+class BoundSource(Answer):
+    """The host conversation an agent is bound to, as it was registered."""
+
+    kind: str
+    thread_id: str | None = None
+    title: str | None = None
+    link: str | None = None
 
 
 class Agent(Answer):
@@ -101,7 +123,14 @@ class Agent(Answer):
     presence: str = Field(description="busy, idle, exited, source_lost or unknown")
     last_active_ts: str
     transport: Transport
-    bound_source: dict[str, Any] | None = None
+    bound_source: BoundSource | None
+    parent: str | None = Field(description="the agent id of its parent; null for a session")
+    inbound: str = Field(description="open, or hold (mail from other agents waits for the "
+                         "project's human)")
+    program: str | None
+    model: str | None
+    description: str | None
+    registered_ts: str
 
 
 class AgentRegistered(Agent):
@@ -125,15 +154,37 @@ class Observation(Answer):
     agent_id: str | None = Field(description="null while the target is pending")
     transport: str | None = Field(description="null while the target is pending")
     stage: str
-    presence: str | None = None
+    presence: str | None = Field(description="busy, idle, exited, source_lost or unknown; "
+                                 "null while the target is pending")
+    target: str = Field(description="pinned or pending")
+    held: bool = Field(description="waiting for the project's human to release it")
+    expires_ts: str | None = Field(default=None, description="a pending target's: when its "
+                                   "name's authorization runs out")
 
 
 class DeliveryReport(Answer):
     """What admission says of a send's deliveries."""
 
     policy: str
+    note: str
     warnings: list[str]
     observations: list[Observation]
+
+
+class SenderLocation(Answer):
+    """Where the sender was: its project and the host conversation it is bound to."""
+
+    project_key: str
+    bound_source: BoundSource | None
+
+
+class ResourceNotice(Answer):
+    """A resource notice as it was sent (docs/http-api.md, Resource notices)."""
+
+    resource_id: str
+    phase_id: str
+    state: str = Field(description="released or cancelled")
+    next_action: str = Field(description="none, retry_admission or drop_dependency")
 
 
 class MessageHead(Answer):
@@ -142,20 +193,29 @@ class MessageHead(Answer):
     id: str
     project_id: str
     thread_id: str
+    revision: int
     created_ts: str
     sender: str = Field(alias="from", description="the sender's exact address, `Name [ref]`: "
                         "copy it into `to` to reach that sender and no other")
     sender_name: str = Field(description="the sender's bare name")
+    sender_id: str = Field(description="the sender's agent id (`human` for the project's human)")
     via: str | None = Field(default=None, description="the subagent that sent it under its "
                             "session's address (`from`), when it did")
+    sender_location: SenderLocation
     to: list[str]
     cc: list[str]
     bcc: list[str]
     subject: str
-    topic: str | None = None
+    topic: str | None
     importance: str
     ack_required: bool
+    delivery_policy: str
     notification_policy: str
+    resource_notice: ResourceNotice | None
+    summary: str | None = Field(default=None, description="the sender's own label: shown to "
+                                "the sender (and the project) only")
+    in_reply_to: str | None = Field(description="the message this one replies to")
+    probe: bool
 
 
 class Message(MessageHead):
@@ -167,6 +227,7 @@ class Message(MessageHead):
 class Sent(Message):
     """A stored send, and what admission saw of its deliveries."""
 
+    summary: str | None = Field(description="the sender's own label, never delivered")
     persisted: bool
     idempotent_replay: bool
     delivery: DeliveryReport
@@ -242,11 +303,15 @@ class Delivery(Answer):
     agent_id: str | None = Field(description="null while the target is pending")
     recipient: str
     transport: str | None = Field(description="null while the target is pending")
+    notification_policy: str | None = Field(description="wake or quiet")
     stage: str
     stages: dict[str, str] = Field(description="each stage reached, with its timestamp")
     outcome: str | None = Field(description="accepted, rejected, failed or unknown")
+    error: str | None = Field(description="why it ended without an attempt")
     attempts: list[Attempt]
     observed_ts: str | None
+    read_ts: str | None
+    ack_ts: str | None
     target: str = Field(description="pinned or pending")
     held: bool = Field(description="waiting for the project's human to release it")
 
@@ -296,23 +361,46 @@ class NameEnded(Answer):
     deleted: bool
 
 
+class SubscriptionNotice(Answer):
+    """The notice a subscription sent."""
+
+    message_id: str
+    delivery_id: str
+
+
 class Subscription(Answer):
     """An idle subscription and where it stands."""
 
     subscription_id: str
     kind: str
-    target: str
+    subscriber: str = Field(description="your address, `Name [ref]`")
     notice_to: str = Field(description="who sees the notice: you, or your_user when you hold "
                            "peer mail (the notice is then held for the project's human)")
+    target: str = Field(description="the target's address, `Name [ref]`")
+    target_id: str
     state: str = Field(description="waiting, notified or expired")
+    outcome: str | None = Field(description="what the notice told once sent: idle, exited "
+                                "or expired")
+    created_ts: str
     expires_ts: str
-    message: Sent | None = Field(default=None, description="the message sent with it, if any")
+    notified_ts: str | None
+    ttl_s: int
+    message_id: str | None = Field(description="the message sent with it, if any")
+    notice: SubscriptionNotice | None = Field(description="the notice, once sent")
+    message: Sent | None = Field(default=None, description="the message sent with it, in the "
+                                 "answer that created it")
+
+
+class SearchHit(Message):
+    """A message a search found, with the words around what matched."""
+
+    snippet: str
 
 
 class SearchPage(Answer):
     """Messages matching a search, newest first."""
 
-    messages: list[dict[str, Any]]
+    messages: list[SearchHit]
     next_cursor: str | None
 
 

@@ -41,7 +41,7 @@ from messaging.types import Json
 from messaging.web.bodylimit import request_cap
 from messaging.web.guard import auth_of
 from messaging.web.mcp_direct import DirectToolCalls
-from messaging.web.mcp_tools import CALLER_SCOPE_KEY, TOOLS, Services
+from messaging.web.mcp_tools import CALLER_SCOPE_KEY, TOOLS, Services, unknown_tool
 
 MCP_PATH = "/mcp"
 # How often an open MCP stream checks that its agent's token still admits it.
@@ -187,10 +187,11 @@ class CourierMCP(MCPServer):
         return super()._tool_input_schema(name)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        """Run a tool: its arguments checked by its model first (nothing runs otherwise)."""
+        """Run a tool: its arguments checked by its model first (nothing runs otherwise); a
+        name Courier has no tool of is a tool error in Courier's shape, counted."""
         tool = self.courier_tools.get(name)
         if tool is None:
-            return await super().call_tool(name, arguments, context)
+            return unknown_tool(name)
         request: Any = context.request_context.request  # the HTTP request that carried it
         return await tool.call(request.scope, arguments)
 

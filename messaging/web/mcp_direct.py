@@ -20,6 +20,15 @@ a tool's name, arguments and ``_meta`` (request state, tasks), arguments the
 two JSON parsers would read differently (nested deep, integers past 64 bits),
 and every request a check refuses (the SDK answers it). "The answer" means the
 JSON: its bytes may differ (key order, escapes).
+
+One kind of request is answered here whatever its version or content type: a
+``tools/call`` (with an id, past the transport checks) that is no call of a
+tool, its params not an object, its tool's name missing or not a string, its
+arguments neither an object nor absent. The SDK would answer it with a bare
+JSON-RPC error; Courier answers it as it answers every refused call, a tool
+error carrying its error object (``INVALID_ARGUMENT`` naming ``params``,
+``name`` or ``arguments``), counted, in the wire form of the request's
+protocol version (the SDK's own sieve).
 """
 
 from __future__ import annotations
@@ -36,15 +45,18 @@ from mcp.shared.inbound import (
     find_duplicated_routing_header,
 )
 from mcp.types import SERVER_INFO_META_KEY, JSONRPCRequest
-from mcp_types.methods import validate_client_request
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types import DEFAULT_NEGOTIATED_VERSION
+from mcp_types.methods import serialize_server_result, validate_client_request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from messaging.errors import CourierError, invalid
 from messaging.types import Json
 from messaging.web.bodylimit import replay
+from messaging.web.mcp_tools import tool_error
 
 METHOD = "tools/call"
 JSON_TYPE = b"application/json"
@@ -78,17 +90,33 @@ class DirectToolCalls:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not _plain(scope["headers"]):
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
+        version = _version(request)
+        if version is None:  # a body the SDK refuses unread (its type, its version)
+            await self.app(scope, receive, send)
+            return
         body = await request.body()
         if len(body) <= self.max_body_bytes and await self._checked(request):
-            call = _call_of(body, request)
+            call = _call_of(body, request) if _plain(scope["headers"]) else None
             if call is not None and call[1].get("name") in self.tools:
                 await self._answer(scope, receive, send, *call)
                 return
+            refused = _malformed_call(body)
+            if refused is not None:
+                await self._refuse(scope, receive, send, version, *refused)
+                return
         await self.app(scope, replay(body, receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, version: str,
+                      request_id: str | int, error: CourierError) -> None:
+        wire = serialize_server_result(METHOD, version, tool_error(error.body()))
+        if version in MODERN_PROTOCOL_VERSIONS:
+            wire = {**wire, "_meta": {SERVER_INFO_META_KEY: self.server_info}}
+        answer = {"jsonrpc": "2.0", "id": request_id, "result": wire}
+        await Response(orjson.dumps(answer), media_type="application/json")(scope, receive, send)
 
     async def _checked(self, request: Request) -> bool:
         """True when the SDK's transport checks pass (it answers those that do not)."""
@@ -148,6 +176,42 @@ def _call_of(body: bytes, request: Request) -> tuple[str | int, Json] | None:
     except (ValidationError, ValueError, KeyError):
         return None
     return envelope.id, params
+
+
+def _version(request: Request) -> str | None:
+    """The protocol version the SDK serves a JSON request at; None for a request it
+    would refuse before reading the body (another content type, an unknown version)."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    version = request.headers.get("mcp-protocol-version", DEFAULT_NEGOTIATED_VERSION)
+    if media != JSON_TYPE.decode() or version not in SUPPORTED_PROTOCOL_VERSIONS:
+        return None
+    return version
+
+
+def _malformed_call(body: bytes) -> tuple[str | int, CourierError] | None:
+    """The id of a ``tools/call`` request that calls no tool, with why; None for anything
+    else (a call, a notification, another method, no JSON-RPC request at all)."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not (isinstance(decoded, dict) and decoded.get("jsonrpc") == "2.0"
+            and decoded.get("method") == METHOD):
+        return None
+    request_id = decoded.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    params = decoded.get("params")
+    if not isinstance(params, dict):
+        return request_id, invalid("params", 'must be an object: {"name", "arguments"}')
+    if not isinstance(params.get("name"), str):
+        return request_id, invalid("name", "the name of the tool to call, a string, is "
+                                           "required")
+    arguments = params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        return request_id, invalid("arguments", "must be an object of the tool's arguments "
+                                                "(or left out)")
+    return None
 
 
 def _read_alike(value: object) -> bool:

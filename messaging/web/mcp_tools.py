@@ -6,8 +6,9 @@ it runs as the agent the request's gate found (``CALLER_SCOPE_KEY`` in the
 request's scope) and returns the same JSON as its twin, in the protocol's wire
 form: as compact JSON text and as structured content. An error comes back as a
 tool error (``isError``) carrying the API's error object, an unexpected
-failure included (``INTERNAL``, logged), and is counted here with the face's
-other refusals. The MCP server (``messaging.web.mcp``) offers ``TOOLS``.
+failure included (``INTERNAL``, logged), and so does a call of a tool Courier
+does not have (``NOT_FOUND``); each is counted here with the face's other
+refusals. The MCP server (``messaging.web.mcp``) offers ``TOOLS``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ FACE = "mcp"  # the face label of its refusals
 # Where the MCP gate puts the request's caller for the tools.
 CALLER_SCOPE_KEY = "courier.caller"
 SHORT_SUBJECT_MAX = 80
+TOOL_NAME_SHOWN_MAX = 64  # of an unknown tool's name, in its error's message
 
 
 class Services(Protocol):
@@ -84,6 +86,15 @@ def tool_error(body: Json) -> Json:
     """An error object as a tool error; every MCP refusal is made, and counted, here."""
     refusals.count(body["error"]["code"], FACE)
     return tool_result(body, error=True)
+
+
+def unknown_tool(name: str) -> Json:
+    """A call of a tool Courier does not have, as a tool error (NOT_FOUND naming ``name``)."""
+    names = sorted(tool.name for tool in TOOLS)
+    shown = name if len(name) <= TOOL_NAME_SHOWN_MAX else name[:TOOL_NAME_SHOWN_MAX] + "…"
+    return tool_error(CourierError(
+        "NOT_FOUND", f"name: no tool {shown!r}; Courier's tools are {', '.join(names)}",
+        {"field": "name", "tools": names}).body())
 
 
 def internal_error() -> Json:

@@ -5,7 +5,13 @@ never sends: every error is the ``Error`` model, so every operation documents
 that instead. The metrics and the event stream are not JSON; the main routes
 carry request examples; every request body is one typed object (rules across
 fields, such as a send's subject-or-notice, are checked by the model and said
-in its description), so generated clients get typed methods.
+in its description), so generated clients get typed methods. Request schemas
+carry no ``default``: a field left out takes the server's default, which its
+description names; generators that read a default as "always present"
+(openapi-typescript's ``defaultNonNullable``, openapi-python-client's
+attribute defaults, which it then sends) would otherwise make every
+defaulted field required, or send it unasked (a resource notice refuses
+``probe: false``).
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ def polish(doc: Json) -> Json:
     schemas["Error"] = error_schema
     for name in FASTAPI_ERRORS:
         schemas.pop(name, None)
+    for name in _request_schemas(doc):
+        for prop in schemas[name].get("properties", {}).values():
+            prop.pop("default", None)
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             _errors(operation, uses_store=path not in NO_STORE_ROUTES)
@@ -113,6 +122,30 @@ def polish(doc: Json) -> Json:
                 body = operation["requestBody"]["content"]["application/json"]
                 body["examples"] = REQUEST_EXAMPLES[path, method]
     return doc
+
+
+def _refs(node: object) -> set[str]:
+    """The component schemas ``node`` refers to, by name."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        found = {ref.rsplit("/", 1)[-1]} if isinstance(ref, str) else set()
+        return found.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def _request_schemas(doc: Json) -> set[str]:
+    """The component schemas of request bodies, and every schema they use."""
+    schemas: Json = doc["components"]["schemas"]
+    todo = _refs([op.get("requestBody") for ops in doc.get("paths", {}).values()
+                  for op in ops.values()])
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        found.add(name)
+        todo |= _refs(schemas[name]) - found
+    return found
 
 
 def _errors(operation: Json, *, uses_store: bool) -> None:

@@ -1,8 +1,9 @@
 """MCP arguments follow the HTTP face's models and rules (docs/mcp.md), through the SDK's client.
 
-A value of the wrong JSON type is refused, never converted, and nothing is
-sent; search takes `from` like its HTTP twin; schemas describe nested fields
-with their values; the sending tools carry the sending guidance; `send` with
+A value of the wrong JSON type is refused, never converted (an integer may be
+written 3.0, as JSON Schema counts it, but not 3.5), and nothing is sent;
+search takes `from` like its HTTP twin; schemas describe nested fields with
+their values; the sending tools carry the sending guidance; `send` with
 `notify_when_idle` and no message is a pure subscription.
 """
 
@@ -48,7 +49,7 @@ def pair(project: Project) -> Pair:
 @pytest.mark.parametrize(("tool", "args", "field"), [
     ("fetch_inbox", {"limit": "5"}, "limit"),
     ("fetch_inbox", {"unread_only": "true"}, "unread_only"),
-    ("search_messages", {"limit": 3.0}, "limit"),
+    ("search_messages", {"limit": 3.5}, "limit"),
     ("send_message", {"to": ["Bob"], "subject": "s", "ack_required": 1}, "ack_required"),
     ("send_message", {"to": ["Bob"], "subject": "s", "probe": "false"}, "probe"),
     ("send_message", {"to": ["Bob"], "subject": "s", "resource_notice": {"state": 1}},

@@ -107,7 +107,14 @@ PASSED_ON = {
     "a body that is not JSON": _call(body=b"{\"jsonrpc\": \"2.0\", "),
     "a notification": _call(body=b'{"jsonrpc": "2.0", "method": "tools/call", "params": {}}'),
     "params that are not the protocol's": _call(body=orjson.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}})),
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+         "params": {"name": "echo", "arguments": {}, "_meta": 5}})),
+    "a call of no tool at a version the SDK does not serve": _call(
+        headers={b"mcp-protocol-version": b"1999-01-01"}, body=orjson.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []})),
+    "a call of no tool in a body that is not JSON's type": _call(
+        headers={b"content-type": b"text/plain"}, body=orjson.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []})),
     "a body over the SDK's limit": _call(body=b" " * (64 * 1024) + _call()[1]),
     "an id past 64 bits (orjson reads a float)": _call(
         body=_call()[1].replace(b'"id":7', b'"id":18446744073709551616')),
@@ -128,6 +135,32 @@ def test_anything_else_reaches_the_sdk_with_its_body_intact(case: str):
     assert body != _call()[1] or headers != _call()[0]  # the case changed the plain call
     sdk, status, answer = _serve(headers, body)
     assert (sdk.bodies, status, answer) == ([body], 299, b"sdk")
+
+
+NO_TOOL = {"params not an object": ("x", "params"), "no params": (None, "params"),
+           "no name": ({"arguments": {}}, "name"),
+           "a name that is no string": ({"name": 5}, "name"),
+           "arguments not an object": ({"name": "echo", "arguments": [1]}, "arguments")}
+
+
+@pytest.mark.parametrize("version", [VERSION, "2025-06-18"])
+@pytest.mark.parametrize("case", sorted(NO_TOOL))
+def test_a_call_of_no_tool_is_answered_as_a_tool_error_in_the_version_s_form(
+        case: str, version: str):
+    params, field = NO_TOOL[case]
+    body: Json = {"jsonrpc": "2.0", "id": "x-1", "method": "tools/call"}
+    if params is not None:
+        body["params"] = params
+    headers = _call(headers={b"mcp-protocol-version": version.encode(), b"mcp-name": None})[0]
+    sdk, status, answer = _serve(headers, orjson.dumps(body))
+    assert sdk.bodies == [] and status == 200
+    result = orjson.loads(answer)["result"]
+    error = result["structuredContent"]["error"]
+    assert result["isError"] is True and (error["code"], error["details"]["field"]) == (
+        "INVALID_ARGUMENT", field)
+    wire = serialize_server_result("tools/call", version, tool_error({"error": error}))
+    assert set(result) - {"_meta"} == set(wire)
+    assert ("_meta" in result) is (version == VERSION)
 
 
 def test_arguments_too_deep_for_the_json_encoder_are_a_tool_error_in_the_api_shape():

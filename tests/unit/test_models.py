@@ -16,7 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from messaging import ids, lookalikes
+from messaging import ids, lookalikes, models
 from messaging.models import (
     BIDI_CONTROLS,
     LINE_BREAKS,
@@ -29,6 +29,7 @@ from messaging.models import (
     SendIn,
     normal_name,
 )
+from messaging.web.mcp_tools import TOOLS
 
 BREAKS = "".join(sorted(LINE_BREAKS))
 IMPORTANCES = ("low", "normal", "high", "urgent")
@@ -265,3 +266,25 @@ def test_importance_is_one_of_its_four_values(value: Any):
 def test_every_line_break_character_makes_a_name_or_subject_more_than_one_line(breaker: str):
     assert not accepts(AgentIn, {"name": f"Blue{breaker}Lake", "transport": {"kind": "inbox"}})
     assert not accepts(SendIn, send(subject=f"first{breaker}second"))
+
+
+def _integer_fields() -> list[Any]:
+    """(model, field) of every integer field of a request model or tool's arguments."""
+    found = {m for m in vars(models).values()
+             if isinstance(m, type) and issubclass(m, BaseModel)} | {t.arguments for t in TOOLS}
+    return [pytest.param(m, f, id=f"{m.__name__}.{f}") for m in sorted(found, key=str)
+            for f, info in m.model_fields.items() if info.annotation is int]
+
+
+@pytest.mark.parametrize(("model", "field"), _integer_fields())
+def test_an_integer_field_takes_an_integral_float_and_refuses_a_fraction(
+        model: type[BaseModel], field: str):
+    # JSON Schema's integer, which the schemas say: 3.0 is one, 3.5 is not; on every face.
+    schema = model.model_json_schema()["properties"][field]
+    assert schema["type"] == "integer" and "minimum" in schema and "maximum" in schema
+    base = {"target": "Bob"} if "target" in model.model_fields else {}
+    whole = model.model_validate_json(json.dumps({**base, field: 3.0}), strict=True)
+    assert getattr(whole, field) == 3 and type(getattr(whole, field)) is int
+    for refused in (3.5, "3", True):
+        with pytest.raises(ValidationError):
+            model.model_validate_json(json.dumps({**base, field: refused}), strict=True)

@@ -12,6 +12,7 @@ import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 from openapi_spec_validator import validate
+from pydantic_core import PydanticUndefined
 
 from messaging import models
 from messaging.models import SendIn
@@ -57,6 +58,23 @@ def token_operations() -> set[tuple[str, str]]:
             for context in iter_route_contexts(APP.routes)
             if isinstance(route := context.original_route, APIRoute) and route.include_in_schema
             and caller in calls(route.dependant) for method in route.methods}
+
+
+def request_schemas() -> set[str]:
+    """The component schemas request bodies use, directly or nested."""
+    names: set[str] = set()
+    todo = [op["requestBody"] for _, _, op in operations() if "requestBody" in op]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref", "").rsplit("/", 1)[-1]
+            if ref and ref not in names:
+                names.add(ref)
+                todo.append(DOC["components"]["schemas"][ref])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return names
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -126,6 +144,23 @@ def test_every_request_body_is_one_typed_object() -> None:
         schema = DOC["components"]["schemas"][ref["$ref"].rsplit("/", 1)[-1]]
         assert schema["type"] == "object" and schema["properties"], f"{method} {path}"
         assert not {"anyOf", "oneOf", "allOf"} & set(schema), f"{method} {path}"
+
+
+def test_request_schemas_carry_no_default_and_describe_the_server_s() -> None:
+    # A generator that reads a default as "always present" would make the field required
+    # (openapi-typescript) or send it unasked (openapi-python-client): the description
+    # says what the server does with a field left out.
+    for name, model in MODELS.items():
+        schema = DOC["components"]["schemas"].get(name)
+        if schema is None or name not in request_schemas():
+            continue
+        for field, prop in schema["properties"].items():
+            assert "default" not in prop, (name, field)
+            info = model.model_fields[field]
+            if info.default not in (None, PydanticUndefined):
+                assert "default" in prop.get("description", ""), (name, field)
+        assert set(schema.get("required", [])) == {
+            f for f, info in model.model_fields.items() if info.is_required()}, name
 
 
 def test_resource_notice_fields_list_their_values_and_form() -> None:
