@@ -493,8 +493,7 @@ class ThreadQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cursor: str | None = Field(None, description=CURSOR_HELP)
-    limit: Annotated[int, Field(ge=1, le=INBOX_LIMIT_MAX)] = Field(
-        THREAD_LIMIT_DEFAULT, description=LIMIT_HELP)
+    limit: PageLimit = Field(THREAD_LIMIT_DEFAULT, description=LIMIT_HELP)
 
 
 class SearchQuery(BaseModel):

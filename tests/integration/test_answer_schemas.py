@@ -321,8 +321,7 @@ CASES: dict[tuple[str, str, str], Calls] = {
     ("POST", "/v1/deliveries/{delivery_id}/decline", "200"): decline,
     ("GET", "/v1/projects/{project_id}/held", "200"): get("project", "/v1/projects/{pid}/held"),
     ("POST", "/v1/projects/{project_id}/messages", "201"): post(
-        "project", "/v1/projects/{pid}/messages", {"to": ["Ops"], "subject": "From the human",
-                                                   "thread_id": "human-1"}),
+        "project", "/v1/projects/{pid}/messages", {"to": ["Ops"], "subject": "From the human"}),
     ("POST", "/v1/projects/{project_id}/messages", "200"): twice(post(
         "project", "/v1/projects/{pid}/messages", {"to": ["Ops"], "subject": "Once",
                                                    "idempotency_key": "hm-1"})),

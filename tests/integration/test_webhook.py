@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import uuid
@@ -14,6 +13,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from messaging.client import CourierAPIError
+from tests import npm
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until
 
@@ -312,7 +312,6 @@ def test_an_endpoint_failing_for_a_sustained_time_is_unhealthy_and_its_deliverie
 # delivery): the calls there, exactly, for both kinds of secret.
 
 NPM_VERIFIERS = {"standardwebhooks": "^1.0.0", "svix": "^1.60.0"}
-NPM_CACHE = Path.home() / ".cache" / "courier-tests" / "webhook-verifiers"
 # A secret that is not whsec_: printable, and not ASCII only, so that a verifier
 # reading it as anything but its UTF-8 bytes fails.
 RAW_SECRET = "shared-secret-for-the-hook-é-0123456789"
@@ -330,19 +329,10 @@ console.log("verified");
 
 @pytest.fixture(scope="module")
 def npm_verifiers() -> Path:
-    """The npm verifiers installed in a cache directory kept across runs."""
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the npm verifiers cannot be run")
-    NPM_CACHE.mkdir(parents=True, exist_ok=True)
-    (NPM_CACHE / "package.json").write_text(json.dumps(
-        {"name": "verifiers", "private": True, "dependencies": NPM_VERIFIERS}))
-    (NPM_CACHE / "verify.js").write_text(VERIFY_JS)
-    if not all((NPM_CACHE / "node_modules" / lib).is_dir() for lib in NPM_VERIFIERS):
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
-                              cwd=NPM_CACHE, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"npm install of {sorted(NPM_VERIFIERS)} failed: {done.stderr[-500:]}")
-    return NPM_CACHE
+    """The npm verifiers, installed once, and the script that runs them."""
+    root = npm.installed("webhook-verifiers", NPM_VERIFIERS)
+    (root / "verify.js").write_text(VERIFY_JS)
+    return root
 
 
 @pytest.mark.slow
