@@ -353,8 +353,9 @@ def test_bogus_tokens_with_big_bodies_hold_no_memory(stack: Stack):
             return await asyncio.gather(*(flood(i) for i in range(300)))
 
         statuses = asyncio.run(all_of_them())
-        # 429: past the address's cap on open connections.
-        assert 401 in statuses and set(statuses) <= {401, 429}
+        # 429: past the client's cap on open connections; 408: the oldest of its
+        # connections still waiting for their headers, closed for a newer one.
+        assert 401 in statuses and set(statuses) <= {401, 408, 429}
         # At most what the server read along with each request's headers (one socket
         # read, here the first 64 KiB) while its token was looked up; the server kept
         # 282 MiB of such a flood when it read bodies before checking the token.
