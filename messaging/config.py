@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from messaging.store.connect import is_cluster
+from messaging.store.connect import is_cluster, is_sentinel
 from messaging.store.durability import Durability, Level
 
 OPERATOR_TOKEN_FILE = "operator-token"
@@ -48,6 +48,11 @@ class OperatorTokenMissing(SettingsError):
     """A process that needs the operator token found none where it looked."""
 
 
+SENTINEL_NEEDS_BROKER = (
+    "the store is named by its Sentinels (redis+sentinel://), which Courier's broker"
+    " settings do not take: set COURIER_BROKER_URL to a Redis or Valkey server"
+    " (redis://host:6379/0) or to RabbitMQ (amqp://user:password@host:5672//)"
+)
 CLUSTER_NEEDS_BROKER = (
     "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
     " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
@@ -259,6 +264,8 @@ class Settings(BaseSettings):
         url = self.broker_url or self.store_url
         if is_cluster(url):
             raise SettingsError(CLUSTER_NEEDS_BROKER)
+        if is_sentinel(url):
+            raise SettingsError(SENTINEL_NEEDS_BROKER)
         return url
 
     @property

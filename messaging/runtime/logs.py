@@ -87,8 +87,12 @@ def without_secrets(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
+    try:
+        port = parts.port
+    except ValueError:  # several hosts (Sentinels): only the first one's name
+        port = None
+    if port is not None:
+        netloc += f":{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 

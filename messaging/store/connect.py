@@ -1,6 +1,11 @@
-"""Connections to the store: one server, or a Redis Cluster, chosen by the URL's scheme.
+"""Connections to the store: one server, a primary under Sentinel, or a Redis Cluster,
+chosen by the URL's scheme.
 
-``redis://`` and ``rediss://`` name one server. ``redis+cluster://`` and
+``redis://`` and ``rediss://`` name one server. ``redis+sentinel://`` names the
+Sentinels that watch a primary and the primary's name,
+``redis+sentinel://:PASSWORD@HOST:PORT,HOST:PORT/NAME[/DB]`` (the password is
+the data nodes'; the Sentinels take none): the client asks them for the primary,
+and after a failover finds the new one by itself. ``redis+cluster://`` and
 ``rediss+cluster://`` name one node of a Redis Cluster (database 0 only); the
 client finds the other nodes itself and sends each command, script and
 pipeline entry to the node that holds its key. Every key of a project carries
@@ -10,15 +15,19 @@ the hash tag ``{p:<project_id>}``, so each script runs on one node.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_TIMEOUT_S = 1.0
 # A connection idle this long is checked with PING before it is used again.
 HEALTH_CHECK_INTERVAL_S = 30
 STORE_OPTIONS: dict[str, Any] = {
@@ -85,9 +94,48 @@ def node_url(url: str) -> str:
     return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[scheme], path=""))
 
 
+def is_sentinel(url: str) -> bool:
+    """True when ``url`` names a primary by its Sentinels."""
+    return urlsplit(url).scheme.lower() == SENTINEL_SCHEME
+
+
+def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
+    """The Sentinels' (host, port) pairs, the primary's name and the data nodes'
+    connection options (password, database) of a ``redis+sentinel://`` URL.
+
+    Raises:
+        StoreUrlError: no Sentinel, or no primary's name.
+    """
+    parts = urlsplit(url)
+    creds, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = creds.partition(":")
+    sentinels = []
+    for host in filter(None, hosts.split(",")):
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise StoreUrlError(f"a Sentinel address is HOST:PORT, not {host!r}")
+        sentinels.append((name.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not sentinels or not path:
+        raise StoreUrlError("a Sentinel URL names its Sentinels and the primary: "
+                            "redis+sentinel://:PASSWORD@HOST:PORT,HOST:PORT/NAME")
+    options: dict[str, Any] = {"db": int(path[1]) if len(path) > 1 else 0}
+    if password:
+        options["password"] = unquote(password)
+    if user:
+        options["username"] = unquote(user)
+    return sentinels, path[0], options
+
+
 def sync_client(url: str, **options: Any) -> SyncClient:
     """A synchronous client of the store at ``url`` (workers, sweeper, tools)."""
     settings = {**STORE_OPTIONS, **options}
+    if is_sentinel(url):
+        sentinels, name, node = sentinel_parts(url)
+        watchers = redis.sentinel.Sentinel(
+            sentinels, sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_S})
+        primary: redis.Redis = watchers.master_for(name, **settings, **node)
+        return primary
     if is_cluster(url):
         return ClusterClient.from_url(node_url(url), **settings)
     return redis.Redis.from_url(url, **settings)
@@ -100,6 +148,12 @@ def async_client(url: str, connections: int = POOL_CONNECTIONS, **options: Any) 
     (up to ``POOL_WAIT_S``) instead of failing: a burst of requests queues.
     """
     settings = {**STORE_OPTIONS, **options}
+    if is_sentinel(url):
+        sentinels, name, node = sentinel_parts(url)
+        watchers = redis.asyncio.sentinel.Sentinel(
+            sentinels, sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_S})
+        async_primary: aioredis.Redis = watchers.master_for(name, **settings, **node)
+        return async_primary
     if is_cluster(url):
         return AsyncRedisCluster.from_url(node_url(url), **settings)
     pool = aioredis.BlockingConnectionPool.from_url(

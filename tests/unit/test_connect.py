@@ -87,3 +87,23 @@ def test_every_key_of_a_project_is_in_the_project_s_slot(name: str, build: objec
 
 def test_the_key_map_has_project_keys_to_check():
     assert len(_project_key_builders()) >= 10
+
+
+def test_a_sentinel_url_names_its_sentinels_the_primary_and_the_nodes_password() -> None:
+    url = "redis+sentinel://:p%40ss@10.0.0.1:26379,[::1]:26380,s3:26381/courier/2"
+    assert connect.is_sentinel(url) and not connect.is_cluster(url)
+    sentinels, name, options = connect.sentinel_parts(url)
+    assert sentinels == [("10.0.0.1", 26379), ("::1", 26380), ("s3", 26381)]
+    assert (name, options) == ("courier", {"db": 2, "password": "p@ss"})
+
+
+@pytest.mark.parametrize("url", ["redis+sentinel://s1:26379", "redis+sentinel:///courier",
+                                 "redis+sentinel://s1/courier"])
+def test_a_sentinel_url_without_sentinels_or_primary_is_refused(url: str) -> None:
+    with pytest.raises(connect.StoreUrlError):
+        connect.sentinel_parts(url)
+
+
+def test_a_sentinel_store_needs_a_broker_of_its_own() -> None:
+    with pytest.raises(SettingsError, match="COURIER_BROKER_URL"):
+        _ = Settings(redis_url="redis+sentinel://:pw@s1:26379/courier").celery_broker_url
