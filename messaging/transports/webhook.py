@@ -244,9 +244,8 @@ def _unanswered(e: httpx.TransportError, deadline: Deadline) -> Outcome:
     (the receiver may have it) unknown."""
     if isinstance(e, NOT_SENT) or (deadline.passed and not deadline.sending):
         return Outcome(OutcomeKind.RETRY, f"not sent: {type(e).__name__}")
-    if deadline.passed:
+    if deadline.passed or isinstance(e, httpx.TimeoutException):
+        # The client's own timeouts are what is left of the deadline: either one ends it.
         return Outcome(OutcomeKind.UNKNOWN,
                        f"no whole answer within the {deadline.seconds:g} s deadline")
-    if isinstance(e, httpx.TimeoutException):
-        return Outcome(OutcomeKind.UNKNOWN, f"timed out after sending: {type(e).__name__}")
     return Outcome(OutcomeKind.UNKNOWN, f"connection lost after sending: {type(e).__name__}")

@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from messaging.client import CourierAPIError
+from messaging.config import Settings
+from messaging.web.bodylimit import request_cap
 from tests.integration.conftest import Project
 from tests.stack import Stack, free_port, make_stack, wait_until
 
@@ -89,7 +91,8 @@ def test_every_refusal_is_counted_by_code_and_face(project: Project):
     assert refused.status_code == 422
     assert alice.api.http.get("/v1/messages/msg_nothing").status_code == 404
     assert httpx.post(project.stack.api_url + "/mcp", json={}).status_code == 401
-    too_large = alice.api.http.post("/v1/messages", content=b"x" * 2 * 1024 * 1024,
+    over = request_cap(Settings.model_fields["max_body_bytes"].default) + 1  # past the cap
+    too_large = alice.api.http.post("/v1/messages", content=b"x" * over,
                                     headers={"Content-Type": "application/json"})
     assert too_large.status_code == 413
 
