@@ -36,32 +36,47 @@ class Event:
     data: Any  # the decoded JSON
 
 
-def parse_events(lines: Iterator[str]) -> Iterator[Event]:
-    """Server-Sent Events from a stream of lines (comments and retry fields skipped)."""
-    event_id: str | None = None
-    name = "message"
-    data: list[str] = []
-    for line in lines:
+class EventParser:
+    """Server-Sent Events from lines given one at a time (comments and retry fields skipped)."""
+
+    def __init__(self) -> None:
+        self._id: str | None = None
+        self._name = "message"
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> Event | None:
+        """Take one line (without its line break); the event it completes, if any."""
         if line == "":
-            if data:
-                text = "\n".join(data)
+            done = None
+            if self._data:
+                text = "\n".join(self._data)
                 try:
                     value: Any = json.loads(text)
                 except ValueError:
                     value = text
-                yield Event(event_id, name, value)
-            event_id, name, data = None, "message", []
-            continue
+                done = Event(self._id, self._name, value)
+            self._id, self._name, self._data = None, "message", []
+            return done
         if line.startswith(":"):
-            continue
+            return None
         field, _, value_text = line.partition(":")
         value_text = value_text.removeprefix(" ")
         if field == "data":
-            data.append(value_text)
+            self._data.append(value_text)
         elif field == "event":
-            name = value_text
+            self._name = value_text
         elif field == "id":
-            event_id = value_text
+            self._id = value_text
+        return None
+
+
+def parse_events(lines: Iterator[str]) -> Iterator[Event]:
+    """Server-Sent Events from a stream of lines (comments and retry fields skipped)."""
+    parser = EventParser()
+    for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event
 
 
 def _rows(answer: Json, field: str) -> list[Json]:
@@ -81,6 +96,16 @@ class CourierAPIError(Exception):
         self.persisted: bool | None = body.get("persisted")
         self.body = body
         super().__init__(f"{status} {self.code}: {error.get('message', '')}")
+
+
+def error_of(response: httpx.Response) -> CourierAPIError:
+    """The error of an answer that is not a 2xx, read whole: its body in the API's shape,
+    or its first characters as the message."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": {"code": "UNKNOWN", "message": response.text[:200]}}
+    return CourierAPIError(response.status_code, body)
 
 
 class CourierClient:
@@ -260,11 +285,7 @@ class CourierClient:
                               timeout=timeout) as response:
             if not response.is_success:
                 response.read()
-                try:
-                    body = response.json()
-                except ValueError:
-                    body = {"error": {"code": "UNKNOWN", "message": response.text[:200]}}
-                raise CourierAPIError(response.status_code, body)
+                raise error_of(response)
             yield from parse_events(response.iter_lines())
 
     # messages

@@ -653,10 +653,11 @@ def search(
 
 def _install_commands(root: typer.Typer) -> None:
     """Commands kept in modules of their own."""
-    from messaging.cli import hooks, targets
+    from messaging.cli import hooks, mcp_command, targets
 
     targets.install(root)
     hooks.install(root)
+    mcp_command.install(root)
 
 
 _install_commands(app)

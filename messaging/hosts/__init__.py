@@ -1,0 +1,6 @@
+"""Host adapters: what carries an agent's mail into the session of the host it runs in.
+
+``mcp_stdio`` is ``courier mcp``, the MCP server over stdio that hosts spawn.
+They speak to Courier only as a client does (its HTTP API, its ``/mcp``), with
+the agent's token.
+"""
