@@ -486,6 +486,8 @@ class InboxQuery(BaseModel):
     urgent_only: bool = Field(False, description="Only urgent messages")
     wake_only: bool = Field(False, description=(
         "Only wake messages: quiet ones are neither returned nor marked observed"))
+    unobserved_only: bool = Field(False, description=(
+        "Only messages whose delivery was not observed yet (by a read, a stream or a host)"))
 
 
 class ThreadQuery(BaseModel):

@@ -247,9 +247,11 @@ class Hook:
         return {}
 
     def _fetch(self, api: CourierClient, session: Session, unread: bool) -> None:
-        """New wake mail into the session's pending list, once per message."""
+        """New wake mail into the session's pending list, once per message: at a
+        session's start its unread mail, then only mail nothing showed yet (a channel
+        of ``courier mcp`` that pushed a message has shown it)."""
         page = api.inbox(cursor=session.cursor or None, limit=FETCH_LIMIT, wake_only=True,
-                         unread_only=unread or None)
+                         unread_only=unread or None, unobserved_only=(not unread) or None)
         known = set(session.shown) | {m["id"] for m in session.pending}
         session.pending += [_kept(m) for m in page["messages"] if m["id"] not in known]
         session.cursor = page["next_cursor"]

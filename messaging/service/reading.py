@@ -15,7 +15,7 @@ from messaging.models import HUMAN, THREAD_LIMIT_DEFAULT, InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
-from messaging.store.schema import senders, unpack_message
+from messaging.store.schema import DeliveryField, senders, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 from messaging.types import Json
@@ -240,6 +240,8 @@ def _wanted(q: InboxQuery, msg: Json, dlv: Json) -> bool:
         return False
     if q.wake_only and msg["notification_policy"] != "wake":
         return False
+    if q.unobserved_only and dlv.get(DeliveryField.DELIVERY_OBSERVED_US):
+        return False
     return not (q.unread_only and dlv.get("read_us"))
 
 
@@ -259,7 +261,8 @@ async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
     after = _parse_cursor(q.cursor)
     items: list[Json] = []
     while len(items) < q.limit:
-        filtered = q.topic is not None or q.unread_only or q.urgent_only or q.wake_only
+        filtered = (q.topic is not None or q.unread_only or q.urgent_only or q.wake_only
+                    or q.unobserved_only)
         batch = max(q.limit, SCAN_BATCH) if filtered else q.limit - len(items)
         rows = await store.inbox_after(project_id, agent_id, after, batch)
         if not rows:

@@ -76,12 +76,14 @@ def test_honcho_runs_the_procfile_with_an_external_store(tmp_path: Path):
         auth = ("operator", token)
         assert httpx.get(flower + "/", auth=auth, timeout=5).status_code == 200
         assert httpx.get(flower + "/", auth=("operator", "wrong"), timeout=5).status_code == 401
-        workers = wait_until(
-            lambda: httpx.get(flower + "/api/workers?refresh=1", auth=auth, timeout=10).json(), 30,
-            what="Flower's API listing the workers")
-        # The Procfile's `workers` line: one worker per installed transport.
-        names = {name.partition("@")[0] for name in workers}
-        assert {"inbox", "webhook"} <= names, workers
+        def listed() -> set[str]:
+            workers = httpx.get(flower + "/api/workers", auth=auth, timeout=10).json()
+            names = {name.partition("@")[0] for name in workers}
+            return names if {"inbox", "webhook"} <= names else set()
+
+        # The Procfile's `workers` line: one worker per installed transport, each
+        # listed by Flower without asking it to refresh (the workers start after it).
+        wait_until(listed, 30, what="Flower's API listing both workers")
         assert "workers.1 | worker-webhook | " in log.read_text(errors="replace"), shown()
 
         assert honcho.poll() is None, shown()

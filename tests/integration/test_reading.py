@@ -186,6 +186,17 @@ def test_wake_only_returns_wake_mail_and_leaves_quiet_mail_unobserved(project: P
     assert stages == {wake["id"]: "delivery_observed", quiet["id"]: "provider_result_recorded"}
 
 
+def test_unobserved_only_leaves_out_what_was_observed_already(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    seen = alice.api.send("Bob", "seen", "x")
+    arrived(project, bob, 1)
+    bob.api.inbox()  # observed by this read
+    fresh = alice.api.send("Bob", "fresh", "x")
+    arrived(project, bob, 2)
+    found = [m["id"] for m in bob.api.inbox(unobserved_only=True)["messages"]]
+    assert found == [fresh["id"]] and seen["id"] not in found
+
+
 def test_a_topic_filter_keeps_that_topic_only(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     build = [alice.api.send("Bob", f"b{i}", "x", topic="build")["id"] for i in range(2)]
