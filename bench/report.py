@@ -239,10 +239,24 @@ def durability_rows(r: Json) -> list[Row]:
     return out
 
 
+def channel_rows(r: Json) -> list[Row]:
+    """Send to the host's channel notification, beside send to inbox, at each rate."""
+    out = []
+    for rate in r["rates_per_s"]:
+        d = r[f"{rate:g}"]
+        base = f"send -> inbox at {rate:g}/s, same run"
+        out += [_row("channel", f"send -> channel notification at {rate:g}/s, p50 ms",
+                     d["channel"]["p50_ms"], d["inbox"]["p50_ms"], base),
+                _row("channel", f"send -> channel notification at {rate:g}/s, p99 ms",
+                     d["channel"]["p99_ms"], d["inbox"]["p99_ms"], base)]
+    return out
+
+
 ROWS = {"admission": admission_rows, "stack": stack_rows, "delivery": delivery_rows,
         "end_to_end": end_to_end_rows, "scale": scale_rows, "search": search_rows,
         "fairness": fairness_rows, "streams": streams_rows,
-        "rendering": rendering_rows, "mcp": mcp_rows, "durability": durability_rows}
+        "rendering": rendering_rows, "mcp": mcp_rows, "durability": durability_rows,
+        "channel": channel_rows}
 
 
 def rows(results: Json) -> list[Row]:

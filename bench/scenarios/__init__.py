@@ -8,6 +8,7 @@ from typing import Any
 from bench.context import Context
 from bench.scenarios import (
     admission,
+    channel,
     delivery,
     durability,
     end_to_end,
@@ -34,4 +35,5 @@ SCENARIOS: dict[str, Scenario] = {
     "streams": streams.run,
     "rendering": rendering.run,
     "durability": durability.run,
+    "channel": channel.run,
 }
