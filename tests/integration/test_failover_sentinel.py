@@ -86,16 +86,30 @@ class Team:
                     time.sleep(0.1)
 
     def stored(self, message_ids: list[str]) -> set[str]:
-        with connect.sync_client(self.watched.url) as r:
-            pipe = r.pipeline(transaction=False)
-            for mid in message_ids:
-                pipe.exists(keys.message(self.project_id, mid))
-            return {mid for mid, found in zip(message_ids, pipe.execute(), strict=True)
-                    if found}
+        """The messages of ``message_ids`` the primary has, asked again while the
+        Sentinels have not all settled on a primary yet."""
+        def ask() -> set[str] | None:
+            try:
+                with connect.sync_client(self.watched.url) as r:
+                    pipe = r.pipeline(transaction=False)
+                    for mid in message_ids:
+                        pipe.exists(keys.message(self.project_id, mid))
+                    found = pipe.execute()
+            except connect.STORE_DOWN:
+                return None
+            return {mid for mid, f in zip(message_ids, found, strict=True) if f}
+
+        found: set[str] = wait_until(lambda: (r := ask()) is not None and (r,), timeout_s=30,
+                                     what="the primary, as the Sentinels say")[0]
+        return found
 
     def inbox(self) -> list[str]:
-        with connect.sync_client(self.watched.url) as r:
-            return list(r.zrange(keys.inbox(self.project_id, self.bob["agent_id"]), 0, -1))
+        """Bob's inbox as the primary holds it (empty while none is settled on)."""
+        try:
+            with connect.sync_client(self.watched.url) as r:
+                return list(r.zrange(keys.inbox(self.project_id, self.bob["agent_id"]), 0, -1))
+        except connect.STORE_DOWN:
+            return []
 
     def close(self) -> None:
         self.stack.stop()
