@@ -22,6 +22,15 @@ DOWN_AFTER_MS = 1500
 FAILOVER_TIMEOUT_MS = 6000
 
 
+def follow(replica: EmbeddedStore, primary: EmbeddedStore, password: str) -> None:
+    """Make ``replica`` a replica of ``primary`` (whose password is ``password``)."""
+    with connect.sync_client(replica.url) as r:
+        r.config_set("masterauth", password)  # type: ignore[union-attr]
+        # A replica that connects is synced at once, not after 5 s of waiting for others.
+        r.config_set("repl-diskless-sync-delay", 0)  # type: ignore[union-attr]
+        r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))  # type: ignore[union-attr]
+
+
 class Watched:
     """Two data nodes (one password, so either may be the primary) and the Sentinels."""
 
@@ -47,7 +56,7 @@ class Watched:
         for node in self.nodes:
             node.start()
             self._auth(node)
-        self._replicate(self.nodes[1], self.nodes[0])
+        follow(self.nodes[1], self.nodes[0], self.password)
         for i in range(SENTINELS):
             port = free_port()
             conf = self.root / f"sentinel-{i}.conf"
@@ -71,10 +80,6 @@ class Watched:
             r.config_set("masterauth", self.password)  # type: ignore[union-attr]
             # A replica that connects is synced at once, not after 5 s of waiting for others.
             r.config_set("repl-diskless-sync-delay", 0)  # type: ignore[union-attr]
-
-    def _replicate(self, replica: EmbeddedStore, primary: EmbeddedStore) -> None:
-        with connect.sync_client(replica.url) as r:
-            r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))  # type: ignore[union-attr]
 
     def primary_port(self) -> int | None:
         """The primary's port as a Sentinel says it (None: none answers)."""
@@ -124,7 +129,7 @@ class Watched:
         self._auth(old)
         # Started again as a replica of the new primary, as its host's service would
         # (the Sentinels find it there; left alone, they convert it within 10 s).
-        self._replicate(old, new)
+        follow(old, new, self.password)
         wait_until(lambda: self.replica_up(old), timeout_s=30, what="the old primary back as "
                    "a replica")
         return new

@@ -105,7 +105,7 @@ class Options:
     state_dir: Path | None = None
 
 
-class Store:
+class SessionFiles:
     """The state files of one server's sessions, each written whole (a new file
     renamed over the old) under a lock that hooks of one session take in turn."""
 
@@ -176,7 +176,7 @@ def context(messages: list[Json]) -> tuple[str, int]:
 class Hook:
     """One run of the hook: one event of one session."""
 
-    def __init__(self, event: Json, options: Options, token: str, store: Store) -> None:
+    def __init__(self, event: Json, options: Options, token: str, store: SessionFiles) -> None:
         self.event, self.options, self.store = event, options, store
         self.url, self.token = options.url, token
         self.name = str(event.get("hook_event_name") or "")
@@ -306,7 +306,7 @@ def answer(options: Options, stdin: str) -> Json:
     if not isinstance(event, dict):
         raise HookError("the hook's input is not a JSON object")
     try:
-        store = Store(url, options.state_dir or default_state_dir())
+        store = SessionFiles(url, options.state_dir or default_state_dir())
         return Hook(event, options, token, store).run()
     except CourierAPIError as e:
         raise HookError(f"Courier refused: {e}") from None

@@ -21,13 +21,13 @@ import typer
 
 from messaging.cli import claude_code
 from messaging.cli.io import Exit, Token, Url, api_url, fail, say
+from messaging.types import Json
 
 HOOK_EVENTS = ("SessionStart", "SubagentStart", "UserPromptSubmit", "PostToolUse", "Stop",
                "SubagentStop", "SessionEnd")
 HOOK_TIMEOUT_S = 10  # Claude Code's own bound on the hook; Courier's is 2 s
 MCP_SERVER = "courier"
 
-Json = dict[str, Any]
 
 
 class Host(StrEnum):

@@ -94,13 +94,18 @@ def store(quiet: Stack) -> Iterator[DeliveryStore]:
         s.client.close()
 
 
-@contextmanager
-def open_project(stack: Stack) -> Iterator[Project]:
-    """A fresh project of ``stack``; its clients are closed on exit."""
+def new_project(stack: Stack) -> Project:
+    """A fresh project of ``stack`` (its caller closes its clients)."""
     key = f"/srv/checkouts/{uuid.uuid4().hex}"
     with stack.operator() as op:
         p = op.create_project(key)
-    proj = Project(stack, p["project_id"], key, p["token"])
+    return Project(stack, p["project_id"], key, p["token"])
+
+
+@contextmanager
+def open_project(stack: Stack) -> Iterator[Project]:
+    """A fresh project of ``stack``; its clients are closed on exit."""
+    proj = new_project(stack)
     try:
         yield proj
     finally:

@@ -17,6 +17,8 @@ import pytest
 
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import connect, keys
+from tests.integration.conftest import new_project
+from tests.sentinel import follow
 from tests.stack import STORE, Stack, free_port, make_stack, wait_until
 
 # Each test starts a stack and a replica of its own: the slow tier.
@@ -35,20 +37,15 @@ class Replicated:
         # A replica that fsyncs each write acknowledges at once (everysec: within 1 s).
         self.replica = EmbeddedStore(root / "replica", port=free_port(), appendfsync="always")
         self.replica.start()
-        primary = self.stack.store
-        with connect.sync_client(self.replica.url) as r:
-            r.config_set("masterauth", primary.password)  # type: ignore[union-attr]
-            r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))  # type: ignore[union-attr]
+        follow(self.replica, self.stack.store, self.stack.store.password)
         wait_until(lambda: self.replica_info()["master_link_status"] == "up",
                    what="the replica in sync")
-        with self.stack.operator() as op:
-            p = op.create_project(f"/srv/{uuid.uuid4().hex}")
-        self.project_id = p["project_id"]
-        with self.stack.client(p["token"]) as admin:
-            alice = admin.register_agent(self.project_id, "Alice")
-            admin.register_agent(self.project_id, "Bob")
+        self.project = new_project(self.stack)
+        self.project_id = self.project.project_id
+        alice = self.project.agent("Alice")
+        self.project.agent("Bob")
         self.alice = httpx.Client(base_url=self.stack.api_url, timeout=30,
-                                  headers={"Authorization": f"Bearer {alice['token']}"})
+                                  headers={"Authorization": f"Bearer {alice.row['token']}"})
 
     def replica_info(self) -> dict[str, str]:
         with connect.sync_client(self.replica.url) as r:
@@ -72,6 +69,8 @@ class Replicated:
     def close(self) -> None:
         self.start_replica()
         self.alice.close()
+        for c in self.project.clients:
+            c.close()
         self.replica.stop()
         self.stack.stop()
 

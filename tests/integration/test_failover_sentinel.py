@@ -21,6 +21,7 @@ import pytest
 
 from messaging.runtime.embedded import EmbeddedStore
 from messaging.store import connect, keys
+from tests.integration.conftest import new_project
 from tests.sentinel import Watched, with_cont
 from tests.stack import Stack, free_port, make_stack, wait_until
 
@@ -51,13 +52,10 @@ class Team:
         self.stack: Stack = make_stack(root / "stack", redis_url=watched.url,
                                        broker_url=self.broker.url, durability=durability,
                                        durability_timeout_s="3")
-        with self.stack.operator() as op:
-            p = op.create_project(f"/srv/{uuid.uuid4().hex}")
-        self.project_id = p["project_id"]
-        with self.stack.client(p["token"]) as admin:
-            alice = admin.register_agent(self.project_id, "Alice")
-            self.bob = admin.register_agent(self.project_id, "Bob")
-        self.token = alice["token"]
+        self.project = new_project(self.stack)
+        self.project_id = self.project.project_id
+        self.token = self.project.agent("Alice").row["token"]
+        self.bob = self.project.agent("Bob").row
         self.watched = watched
 
     def send(self, client: httpx.Client, key: str, body: str = "") -> httpx.Response | None:
@@ -112,6 +110,8 @@ class Team:
             return []
 
     def close(self) -> None:
+        for c in self.project.clients:
+            c.close()
         self.stack.stop()
         self.broker.stop()
 
