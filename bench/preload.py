@@ -1,8 +1,8 @@
 """Many stored messages, fast: the product's own admission and delivery code, in bulk.
 
 Each message is admitted by the admission script with the keys and arguments
-``Store.admit`` builds (its call is captured and sent down a pipeline instead
-of one round trip per message), and delivered by the worker's ``Dispatcher``
+``Store.admission_call`` gives (sent down a pipeline instead of one round trip
+per message), and delivered by the worker's ``Dispatcher``
 with the inbox transport, as a delivery task does. The key layout is therefore the
 product's by construction; only HTTP, validation and Celery are skipped.
 Messages are copies of one message sent through the API, each with its own id
@@ -26,6 +26,7 @@ from bench.procs import BenchError
 from messaging import ids
 from messaging.config import get_settings
 from messaging.store import connect
+from messaging.store.admission import AdmitRequest
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.schema import pack_message, unpack_message, without_sender
 from messaging.store.scripts import scripts_for
@@ -41,7 +42,6 @@ DELIVER_BATCH = 100  # deliveries per lease and inbox script (as one task carrie
 PROCESSES = 2
 # A message admitted without an explicit policy: the script decides (as a send does).
 AUTO_POLICY = "auto"
-OK = '{"status": "ok"}'
 # Words drawn from the vocabulary for each preloaded body (search bench).
 VOCABULARY_WORDS = 4
 
@@ -65,37 +65,12 @@ def preload(url: str, project_id: str, sender: Agent, recipient: Agent, template
             run.result()
 
 
-class _Capture:
-    """Stands in for the admission script: keeps each call's keys and arguments."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[str], list[str]]] = []
-
-    async def __call__(self, keys: list[str], args: list[str]) -> str:
-        self.calls.append((keys, args))
-        return OK
-
-
-def _admission_call(store: Store, capture: _Capture, project_id: str, args: dict[str, Any],
-                    message_json: str) -> tuple[list[str], list[str]]:
-    """The keys and arguments ``Store.admit`` passes the script for one send."""
-    coro = store.admit(project_id, args, message_json, None, "send")
-    try:
-        coro.send(None)
-    except StopIteration:
-        return capture.calls.pop()
-    raise BenchError("Store.admit awaited something besides its script")
-
-
 def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, template_json: str,
              count: int, vocabulary: tuple[str, ...], seed: int) -> None:
     client = connect.sync_client(url)
     scripts = scripts_for(client)
     admit_script = scripts["admit_message"]
-    capture = _Capture()
-    store = Store(aioredis.Redis())  # never connects: its script call is captured
-    store.scripts["admit_message"] = capture
-    store.ticks.pipelines = False  # each call goes to the capture as it is made
+    store = Store(aioredis.Redis())  # never connects: it only spells the script's call
     settings = get_settings().model_copy(update={"redis_url": url})
     dispatcher = Dispatcher(DeliveryStore(client), settings)
     inbox = InboxTransport(settings)
@@ -109,9 +84,8 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
             for did in dids:
                 if vocabulary:
                     template["body_md"] = " ".join(words.sample(vocabulary, VOCABULARY_WORDS))
-                keys, args = _admission_call(store, capture, project_id,
-                                             *_send(project_id, sender, recipient, template,
-                                                    did, grace_ms))
+                keys, args = store.admission_call(
+                    _send(project_id, sender, recipient, template, did, grace_ms))
                 admit_script(keys=keys, args=args, client=pipe)
             refused = [a for a in pipe.execute() if json.loads(a).get("status") != "ok"]
             if refused:
@@ -129,17 +103,16 @@ def _preload(url: str, project_id: str, sender: Agent, recipient: Agent, templat
 
 
 def _send(project_id: str, sender: Agent, recipient: Agent, template: dict[str, Any],
-          delivery_id: str, grace_ms: int) -> tuple[dict[str, Any], str]:
-    """The admission arguments and message JSON of one send, as ``sending.send`` builds them."""
+          delivery_id: str, grace_ms: int) -> AdmitRequest:
+    """One send's admission, as ``sending.send`` puts it."""
     mid = ids.new_message_id(project_id)
     now = now_us()
-    args = {
-        "sender_id": sender.id, "now_us": str(now), "due_ms": str(now // 1000 + grace_ms),
-        "idem_fp": "", "thread_id": mid, "message_id": mid, "policy": AUTO_POLICY,
-        "quiet_invalid": False, "recipients": [{"s": recipient.name}],
-        "delivery_ids": [delivery_id],
-    }
-    return args, pack_message(without_sender({**template, "id": mid, "thread_id": mid}))
+    return AdmitRequest(
+        project_id=project_id, sender_id=sender.id, message_id=mid, thread_id=mid,
+        message_json=pack_message(without_sender({**template, "id": mid, "thread_id": mid})),
+        recipients=[recipient.name], delivery_ids=[delivery_id], now_us=now,
+        due_ms=now // 1000 + grace_ms, policy=AUTO_POLICY, quiet_invalid=False,
+        has_bcc=False)
 
 
 def wait_persisted(r: redis.Redis, timeout_s: float = 600.0) -> float:

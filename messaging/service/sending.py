@@ -33,9 +33,10 @@ from messaging.service import suggestions
 from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
+from messaging.store.admission import Admission, AdmitRequest, RateCharge
 from messaging.store.durability import NotDurable
-from messaging.store.schema import Target, pack_message, senders, unpack_message, with_sender
-from messaging.store.store import RateOwed, Store
+from messaging.store.schema import Target, pack_message, senders, unpack_message
+from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 from messaging.types import Json
 
@@ -132,17 +133,13 @@ class Sent:
     body: Json
 
 
-async def _counted(admission: Awaitable[Sent], rate: RateOwed | None = None) -> Sent:
-    """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome.
-
-    A refusal of a send that still owes its request to a rate bucket is left to
-    its caller (``count_refusal``): an empty bucket answers it as never admitted.
-    """
+async def _counted(admission: Awaitable[Sent]) -> Sent:
+    """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome (a
+    request its rate bucket refused is no admission: not counted)."""
     try:
         sent = await admission
     except CourierError as exc:
-        if rate is None or rate.spent:
-            count_refusal(exc)
+        count_refusal(exc)
         raise
     ADMISSIONS.labels(outcome="replayed" if sent.status == 200 else "admitted").inc()
     return sent
@@ -259,52 +256,88 @@ def _policy(body: SendIn, req: Json) -> tuple[str, bool]:
     return asked.value, refused
 
 
+class BucketEmpty(Exception):
+    """The caller's rate bucket had no room for the request a send owed it: nothing
+    else was done."""
+
+    def __init__(self, bucket: str, wait_us: int) -> None:
+        super().__init__(f"rate bucket {bucket} empty for {wait_us} µs")
+        self.bucket, self.wait_us = bucket, wait_us
+
+
 async def send(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    rate: RateOwed | None = None,
+    rate: RateCharge | None = None,
 ) -> Sent:
     """Admit a message: all recipients or nothing; publish its deliveries; counted.
 
-    ``rate``: the request the caller still owes to its rate bucket, spent by the
-    admission itself (``rate.spent`` says whether it got that far; a refusal
-    before it is not counted here, but by the caller once the bucket had room).
+    ``rate``: a request the caller still owes to its token's rate bucket, spent
+    once by this send whatever it answers: by the admission script, or before a
+    refusal that comes first.
 
     Raises:
         CourierError: any rejection of the Sending rules of docs/http-api.md; nothing stored.
-        RateLimited: the caller's rate bucket was empty (not counted here: no admission).
+        BucketEmpty: the bucket ``rate`` names was empty (not counted: no admission).
     """
-    return await _counted(_admit(store, settings, dispatcher, caller, body, rate=rate), rate)
+    return await _counted(_admit(store, settings, dispatcher, caller, body, rate=rate))
 
 
 async def _admit(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    operation: str = "send", in_reply_to: str | None = None, rate: RateOwed | None = None,
+    operation: str = "send", in_reply_to: str | None = None, rate: RateCharge | None = None,
 ) -> Sent:
-    project_id, _ = caller.require_agent()
-    answer, message_json, published = await _admission(
-        store, settings, dispatcher, caller, body, operation, in_reply_to, rate)
-    status = answer["status"]
-    if status == "ok":
+    try:
+        request = await _request(store, settings, dispatcher, caller, body, operation,
+                                 in_reply_to)
+    except CourierError:
+        await _spend(store, rate)  # an empty bucket answers first
+        raise
+    try:
+        admission = await store.admit(request, rate)
+    except NotDurable as e:
+        raise not_durable(e.level.value, e.reason) from None
+    project_id = request.project_id
+    if admission.status == "ok":
+        published = _hand_over(dispatcher, project_id, admission.answer)
         # What the script stored, without reading it back.
-        written = {"json": message_json, "created_us": answer["created_us"],
-                   "policy": answer["policy"], "observations": answer["observations"]}
+        written = {"json": admission.message_json, "created_us": admission.answer["created_us"],
+                   "policy": admission.answer["policy"],
+                   "observations": admission.observations}
         warning = await dispatch_warning(dispatcher, published)
         return Sent(201, _answer(written, replay=False, dispatch=warning))
-    if status == "replay":
-        stored = await store.get_message(project_id, answer["message_id"])
+    if admission.status == "replay":
+        stored = await store.get_message(project_id, admission.answer["message_id"])
         if stored is None:
             raise not_found("message")
-        stored["observations"] = answer["observations"]
+        stored["observations"] = admission.observations
         return Sent(200, _answer(stored, replay=True, dispatch=None))
-    raise await _rejection(store, project_id, answer)
+    if admission.status == "rate_limited" and rate is not None:
+        raise BucketEmpty(rate.bucket, admission.rate_wait_us)
+    raise await _rejection(store, project_id, admission)
 
 
-async def _admission(
+async def _spend(store: Store, rate: RateCharge | None) -> None:
+    """Take the request ``rate`` charges from its bucket.
+
+    Raises:
+        BucketEmpty: the bucket has no room for it.
+    """
+    if rate is None:
+        return
+    wait_us = await store.take_request(rate.bucket, rate.interval_us, rate.burst_us)
+    if wait_us > 0:
+        raise BucketEmpty(rate.bucket, wait_us)
+
+
+async def _request(
     store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
-    operation: str, in_reply_to: str | None, rate: RateOwed | None = None,
-) -> tuple[Json, str, list[asyncio.Future[bool]]]:
-    """Check and admit a send: the store's answer, the message's JSON and, when it was
-    admitted, its deliveries handed to the publisher."""
+    operation: str, in_reply_to: str | None,
+) -> AdmitRequest:
+    """Check a send and put it as the admission script takes it.
+
+    Raises:
+        CourierError: the send breaks a rule checked before its admission.
+    """
     project_id, sender_id = caller.require_agent()
     _validate(settings, body)
     sender = await store.identity(project_id, sender_id)
@@ -334,29 +367,21 @@ async def _admission(
         "summary": body.summary, "in_reply_to": in_reply_to, "probe": body.probe,
     }
     now = now_us()
-    args = {
-        "sender_id": sender_id, "now_us": str(now),
-        "due_ms": str(now // 1000 + int(settings.outbox_grace_s * 1000)),
-        "idem_fp": fingerprint(operation, req) if body.idempotency_key else "",
-        "thread_id": message["thread_id"], "message_id": message_id,
-        "policy": policy, "quiet_invalid": quiet_invalid,
-        "recipients": [{"s": r} for r in recipients],
-        "delivery_ids": [ids.new_delivery_id(project_id) for _ in recipients],
-        "has_bcc": bool(body.bcc),
-    }
-    # Compact, defaults left out: every stored byte is kept for the message's lifetime.
-    # The script writes who it is from (the sender's address or its root's: it resolves
-    # the recipients), first in the stored JSON.
-    message_json = pack_message(message)
-    try:
-        answer = await store.admit(project_id, args, message_json, body.idempotency_key,
-                                   operation, dispatcher.ready_kinds, rate)
-    except NotDurable as e:
-        raise not_durable(e.level.value, e.reason) from None
-    if answer["status"] != "ok":
-        return answer, message_json, []
-    published = _hand_over(dispatcher, project_id, answer)
-    return answer, with_sender(answer["sender"], message_json), published
+    return AdmitRequest(
+        project_id=project_id, sender_id=sender_id, message_id=message_id,
+        thread_id=message["thread_id"],
+        # Compact, defaults left out: every stored byte is kept for the message's
+        # lifetime. The script writes who it is from (the sender's address or its
+        # root's: it resolves the recipients), first in the stored JSON.
+        message_json=pack_message(message),
+        recipients=recipients,
+        delivery_ids=[ids.new_delivery_id(project_id) for _ in recipients],
+        now_us=now, due_ms=now // 1000 + int(settings.outbox_grace_s * 1000),
+        policy=policy, quiet_invalid=quiet_invalid, has_bcc=bool(body.bcc),
+        operation=operation, idempotency_key=body.idempotency_key,
+        fingerprint=fingerprint(operation, req) if body.idempotency_key else "",
+        ready_kinds=tuple(dispatcher.ready_kinds),
+    )
 
 
 def _hand_over(dispatcher: Dispatcher, project_id: str,
@@ -407,8 +432,8 @@ def _observation(obs: Json) -> Json:
     return out
 
 
-async def _rejection(store: Store, project_id: str, answer: Json) -> CourierError:
-    status = answer["status"]
+async def _rejection(store: Store, project_id: str, admission: Admission) -> CourierError:
+    status = admission.status
     if status == "conflict":
         return CourierError(
             "IDEMPOTENCY_KEY_CONFLICT",
@@ -422,7 +447,7 @@ async def _rejection(store: Store, project_id: str, answer: Json) -> CourierErro
         )
     if status == "sender_gone":
         return unauthenticated("unknown token")
-    failures = answer["failures"]
+    failures = admission.failures
     unknown = [f for f in failures if f["reason"] == "not_found"]
     names = await store.agent_names(project_id, suggestions.POOL_MAX) if unknown else []
     close = suggestions.close_names([f["to"].split(" [")[0] for f in unknown], names)

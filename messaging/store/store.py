@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Container, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -13,8 +12,9 @@ import redis.exceptions
 
 from messaging import ids
 from messaging.store import connect, keys
+from messaging.store.admission import Admission, AdmitRequest, RateCharge
 from messaging.store.deliveries import joining_turns
-from messaging.store.durability import Durability, NotDurable
+from messaging.store.durability import Durability
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
 from messaging.store.names import Names
@@ -33,25 +33,6 @@ TOKEN_CACHE_S = 1.0
 # A message hash's fields but its JSON: what may change after admission (every
 # message has ``created_us``, so a message gone reads as none of them).
 CHANGING_MESSAGE_FIELDS = [str(f) for f in MessageField if f is not MessageField.JSON]
-
-
-@dataclass
-class RateOwed:
-    """One request its caller owes to a rate bucket, for the script that serves the
-    request to spend first (``rate_lib.lua``); ``spent`` once a script ran with it."""
-
-    bucket: str
-    interval_us: int
-    burst_us: int
-    spent: bool = False
-
-
-class RateLimited(Exception):
-    """The caller's rate bucket was empty: the script did nothing else."""
-
-    def __init__(self, bucket: str, wait_us: int) -> None:
-        super().__init__(f"rate bucket empty for {wait_us} µs")
-        self.bucket, self.wait_us = bucket, wait_us
 
 
 def _hash(found: Mapping[Any, Any]) -> Json:
@@ -337,92 +318,64 @@ class Store:
 
     # messages
 
-    async def admit(
-        self,
-        project_id: str,
-        args: Json,
-        message_json: str,
-        idempotency_key: str | None,
-        operation: str,
-        ready_kinds: Sequence[str] = (),
-        rate: RateOwed | None = None,
-    ) -> Json:
-        """Run the admission script; returns its decoded answer.
+    async def admit(self, request: AdmitRequest, rate: RateCharge | None = None) -> Admission:
+        """Run the admission script for one send.
 
-        ``rate``: the request the caller owes to its rate bucket, spent by the
-        script before anything else (unless it was spent already).
+        ``rate``: a request the caller still owes to its rate bucket, spent by the
+        script before anything else; an empty bucket's ``Admission`` is
+        ``rate_limited`` (nothing else was done). Whatever the admission answers
+        or raises, the caller owes the bucket nothing more.
 
-        Deliveries over a transport of ``ready_kinds`` join their ready sets in
-        the same script; the answer's ``ready`` says how many per transport (and
+        Deliveries over a transport of ``request.ready_kinds`` join their ready sets
+        in the same script; the answer's ``ready`` says how many per transport (and
         how many are ready with them: a turn a worker holds open counts as one), and
-        ``lane`` the queues they are served on. ``message_json`` comes without its
-        sender fields (``schema.without_sender``): the script writes them, and the
-        answer's ``sender`` holds them.
-
-        Raises:
-            RateLimited: the rate bucket was empty (nothing else was done).
+        ``lane`` the queues they are served on.
         """
-        sender = args["sender_id"]
-        idem = keys.idempotency(project_id, sender, operation, idempotency_key or "")
+        script_keys, args = self.admission_call(request, rate)
+        try:
+            raw = await self.ticks.run(self.scripts["admit_message"], script_keys, args,
+                                       durable=True)
+        except redis.exceptions.OutOfMemoryError:
+            if rate is None:
+                raise
+            # A full store refused the script's first write, the bucket's: nothing was
+            # done. The request is spent where a full store allows it, and the
+            # admission runs without it: its checks answer, its writes are refused.
+            wait_us = await self.take_request(rate.bucket, rate.interval_us, rate.burst_us)
+            if wait_us > 0:
+                return Admission("rate_limited", {}, rate_wait_us=wait_us)
+            return await self.admit(request)
+        return Admission.decoded(orjson.loads(raw), request.message_json)
+
+    def admission_call(self, request: AdmitRequest,
+                       rate: RateCharge | None = None) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``admit_message.lua`` for one send."""
+        project_id = request.project_id
         per_recipient = []
-        for r, d in zip(args["recipients"], args["delivery_ids"], strict=True):
-            per_recipient += [keys.delivery(project_id, d), keys.waiting(project_id, r["s"])]
+        for r, d in zip(request.recipients, request.delivery_ids, strict=True):
+            per_recipient += [keys.delivery(project_id, d), keys.waiting(project_id, r)]
         script_keys = [
             keys.agents(project_id),
             keys.names(project_id),
             keys.refs(project_id),
             keys.seq(project_id),
-            keys.message(project_id, args["message_id"]),
-            keys.thread(project_id, args["thread_id"]),
+            keys.message(project_id, request.message_id),
+            keys.thread(project_id, request.thread_id),
             keys.due(project_id),
-            idem,
+            keys.idempotency(project_id, request.sender_id, request.operation,
+                             request.idempotency_key or ""),
             keys.allowed_names(project_id),
             keys.held(project_id),
             keys.project(project_id),
-            *(key for kind in ready_kinds
+            *(key for kind in request.ready_kinds
               for key in (keys.ready(project_id, kind), keys.open_turn(project_id, kind))),
             *per_recipient,
             keys.search_queue(project_id),
             keys.retention(project_id),
+            *([rate.bucket] if rate is not None else []),
         ]
-        args = {**args, "idem_ttl_s": IDEMPOTENCY_TTL_S, "ready_kinds": list(ready_kinds)}
-        if rate is None or rate.spent:
-            raw = await self.ticks.run(self.scripts["admit_message"], script_keys,
-                                       [orjson.dumps(args), message_json], durable=True)
-        else:
-            raw = await self._admit_owing(script_keys, args, message_json, rate)
-        answer: Json = orjson.loads(raw)
-        if rate is not None and answer["status"] == "rate_limited":
-            raise RateLimited(rate.bucket, int(answer["wait_us"]))
-        return answer
-
-    async def _admit_owing(self, script_keys: list[str], args: Json, message_json: str,
-                           rate: RateOwed) -> Any:
-        """The admission script's reply, the request owed to ``rate`` spent first.
-
-        Raises:
-            RateLimited: a full store refused the script, and the bucket was empty.
-        """
-        try:
-            raw = await self.ticks.run(
-                self.scripts["admit_message"], [*script_keys, rate.bucket],
-                [orjson.dumps({**args, "rate": [rate.interval_us, rate.burst_us]}),
-                 message_json], durable=True)
-        except redis.exceptions.OutOfMemoryError:
-            # A full store refused the script's first write, the bucket's: nothing was
-            # done. The request is spent where a full store allows it, and the
-            # admission runs without it: its checks answer, its writes are refused.
-            wait_us = await self.take_request(rate.bucket, rate.interval_us, rate.burst_us)
-            rate.spent = True
-            if wait_us > 0:
-                raise RateLimited(rate.bucket, wait_us) from None
-            return await self.ticks.run(self.scripts["admit_message"], script_keys,
-                                        [orjson.dumps(args), message_json], durable=True)
-        except (redis.exceptions.ResponseError, NotDurable):
-            rate.spent = True  # the script failed past its first step, the spend
-            raise
-        rate.spent = True
-        return raw
+        args = request.script_args(IDEMPOTENCY_TTL_S, rate)
+        return script_keys, [orjson.dumps(args), request.message_json]
 
     async def get_message(self, project_id: str, message_id: str) -> Json | None:
         """A message's hash (``json``, ``created_us``, ``policy``, ...), or None."""

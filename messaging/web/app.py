@@ -37,7 +37,6 @@ from messaging.store.store import Store
 from messaging.web import openapi
 from messaging.web.bodylimit import BodyLimit, request_cap
 from messaging.web.deps import Services
-from messaging.web.direct import DirectSends
 from messaging.web.fairshare import FairShare, ProjectShare
 from messaging.web.guard import Authenticate, Gate
 from messaging.web.head import HeadAsGet
@@ -154,19 +153,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost last. The caller is known from the headers first (Authenticate), then
     # the body is read at its pace (BodyLimit), then the project's requests past its
     # fair share wait before any work on them (ProjectShare).
-    share = FairShare()
-    max_bytes = request_cap(settings.max_body_bytes)
-    app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH], share=share)
-    app.add_middleware(BodyLimit, max_bytes=max_bytes)
+    app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH], share=FairShare())
+    app.add_middleware(BodyLimit, max_bytes=request_cap(settings.max_body_bytes))
     app.add_middleware(Authenticate)
     # Outside them: every error answer, whoever made it, is counted on its way out.
     app.add_middleware(CountRefusals, faces={MCP_PATH: "mcp", live.EVENTS_PATH: "sse"})
     # Outside them: every layer sees a HEAD as the GET it stands for (its refusals are
     # counted like the GET's; only the body is dropped, here).
     app.add_middleware(HeadAsGet)
-    # Outermost of all: the send's common case, answered doing what the layers beneath
-    # would do for it (messaging.web.direct).
-    app.add_middleware(DirectSends, share=share, max_bytes=max_bytes)
     for known in (CourierError, redis.exceptions.OutOfMemoryError, *STORE_DOWN):
         app.add_exception_handler(known, _known_failure)
     app.add_exception_handler(RequestValidationError, _invalid)

@@ -24,7 +24,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from messaging.errors import CourierError
-from messaging.web.guard import refuse
+from messaging.web.guard import refuse, settle_owed
 
 # Room for the JSON around the largest message body allowed.
 ENVELOPE_BYTES = 64 * 1024
@@ -50,10 +50,12 @@ class BodyLimit:
         try:
             body = await read_body(scope, receive, self.max_bytes)
         except CourierError as exc:
-            await refuse(exc, scope, receive, send)
+            await refuse(await settle_owed(scope) or exc, scope, receive, send)
             return
-        if body is not None:
-            await self.app(scope, replay(body, receive), send)
+        if body is None:  # the client went away; its request counts all the same
+            await settle_owed(scope)
+            return
+        await self.app(scope, replay(body, receive), send)
 
 
 async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | None:

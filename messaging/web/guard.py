@@ -16,13 +16,13 @@ without one (none, malformed or unknown) spends from its client address's
 bucket (every loopback address is one, ``messaging.web.addresses``), so a
 flood of bad tokens never holds back a valid token from the same address, and
 all bad tokens of one address wait together in the fair share.
-A send served ahead of the layers (``messaging.web.direct``) owes its token's
-request instead, and its admission script spends it before anything else
-(``Gate.authenticate(defer=True)``, ``Gate.settle`` for every other way out):
-the same one request from the same bucket, one round trip fewer. A bucket an
-API process found empty is remembered until it has room again: meanwhile
-that token's sends spend at the gate and are refused before their bodies are
-read, as every other request is.
+A send (``SPENT_BY_ADMISSION``) owes its token's request instead (``Auth.owed``),
+and its admission script spends it before anything else: the same one request
+from the same bucket, one round trip fewer. Whatever answers the send before
+its admission spends it first (``settle``), and an empty bucket answers 429 in
+its place, as the gate would have. A bucket an API process found empty is
+remembered until it has room again: meanwhile that token's sends spend at the
+gate and are refused before their bodies are read, as every other request is.
 A 401 names the Bearer scheme. A refusal is counted where answers leave
 (``messaging.web.refusals``), like every other; a refused send never reaches
 the send service, so it is no admission.
@@ -30,7 +30,7 @@ the send service, so it is no admission.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -39,8 +39,9 @@ from messaging import ids
 from messaging.errors import CourierError, store_unavailable, unauthenticated
 from messaging.service.caller import Caller, CallerKind, authenticate, bearer
 from messaging.store import keys
+from messaging.store.admission import RateCharge
 from messaging.store.connect import STORE_DOWN
-from messaging.store.store import RateOwed, Store
+from messaging.store.store import Store
 from messaging.web.addresses import counted_as
 from messaging.web.ratelimit import RateLimiter
 
@@ -49,6 +50,8 @@ NO_TOKEN = "address:"  # the group of requests without a valid token, before the
 OPERATOR_GROUP = "operator"
 # Answered before any authentication: they must answer while the store is slow.
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
+# The requests whose admission script spends the token's request (method, path).
+SPENT_BY_ADMISSION = frozenset({("POST", "/v1/messages")})
 
 
 
@@ -63,8 +66,9 @@ class Auth:
     address: str
     # Whose turns the request waits among in the fair share.
     group: str
-    # The request the caller still owes to its token's rate bucket (deferred).
-    owed: RateOwed | None = None
+    # The request the caller still owes to its token's rate bucket: left to the
+    # admission script of a send (``SPENT_BY_ADMISSION``); None once spent.
+    owed: RateCharge | None = None
 
 
 class Gate:
@@ -80,7 +84,7 @@ class Gate:
         """What the request's headers say of its caller (the token hashed once).
 
         ``defer``: a valid caller's request is not taken from its token's bucket
-        here but owed (``Auth.owed``), for its script to spend, or ``settle``;
+        here but owed (``Auth.owed``), for its admission to spend, or ``settle``;
         unless this process found the bucket empty lately: then it is taken
         now, so that a token past its rate is refused before its body is read.
         """
@@ -101,21 +105,21 @@ class Gate:
         else:
             group = str(caller.project_id)
             bucket = keys.token_rate(group, token_hash)
-        auth = Auth(caller, None, address, group, self.tokens.owed(bucket))
+        auth = Auth(caller, None, address, group, self.tokens.charge(bucket))
         if defer and not self.tokens.known_empty(bucket):
             return auth
         return await self.settle(auth)
 
     async def settle(self, auth: Auth) -> Auth:
-        """``auth`` with its owed request spent (if no script spent it): as it was, or
-        without its caller, refused, when the token's bucket is empty."""
+        """``auth`` with the request it owes spent: as it was, or without its caller,
+        refused, when the token's bucket is empty."""
         try:
-            await self.tokens.settle(auth.owed)
+            await self.tokens.spend(auth.owed)
         except CourierError as exc:
             return Auth(None, exc, auth.address, auth.group)
         except STORE_DOWN:
             return Auth(None, store_unavailable(), auth.address, auth.group)
-        return auth
+        return replace(auth, owed=None)
 
     async def caller(self, auth: Auth) -> Caller:
         """The request's caller.
@@ -152,10 +156,9 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         gate: Gate = scope["app"].state.services.gate
-        auth = scope.get(AUTH_SCOPE_KEY)  # found already by the direct send's layer
-        if auth is None:
-            auth = await gate.authenticate(scope)
-            scope[AUTH_SCOPE_KEY] = auth
+        defer = (scope["method"], scope["path"]) in SPENT_BY_ADMISSION
+        auth = await gate.authenticate(scope, defer=defer)
+        scope[AUTH_SCOPE_KEY] = auth
         if auth.caller is None and has_body(scope):
             try:
                 await gate.caller(auth)
@@ -169,6 +172,18 @@ def auth_of(scope: Scope) -> Auth:
     """The ``Auth`` that ``Authenticate`` put in the request's scope."""
     found: Auth = scope[AUTH_SCOPE_KEY]
     return found
+
+
+async def settle_owed(scope: Scope) -> CourierError | None:
+    """Spend the request the scope's caller still owes to its bucket (a send answered
+    before its admission); the 429 that answers in place of anything else when the
+    bucket is empty, else None."""
+    auth: Auth | None = scope.get(AUTH_SCOPE_KEY)
+    if auth is None or auth.owed is None:
+        return None
+    gate: Gate = scope["app"].state.services.gate
+    scope[AUTH_SCOPE_KEY] = settled = await gate.settle(auth)
+    return settled.refusal
 
 
 async def refuse(exc: CourierError, scope: Scope, receive: Receive, send: Send) -> None:

@@ -12,8 +12,9 @@ import math
 import time
 
 from messaging.errors import CourierError
+from messaging.store.admission import RateCharge
 from messaging.store.facts import Lru
-from messaging.store.store import RateOwed, Store
+from messaging.store.store import Store
 
 US_PER_S = 1_000_000
 # Buckets this process found empty lately, kept until they have room again.
@@ -36,27 +37,27 @@ class RateLimiter:
         Raises:
             CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.
         """
-        await self.settle(self.owed(bucket))
+        await self.spend(self.charge(bucket))
 
-    def owed(self, bucket: str) -> RateOwed | None:
-        """One request owed to the bucket, for the script serving it to spend
-        (None when there is no limit)."""
+    def charge(self, bucket: str) -> RateCharge | None:
+        """One request charged to the bucket, for ``spend`` or the script serving the
+        request to spend (None when there is no limit)."""
         if self.rate <= 0:
             return None
-        return RateOwed(bucket, self.interval_us, self.burst_us)
+        return RateCharge(bucket, self.interval_us, self.burst_us)
 
-    async def settle(self, owed: RateOwed | None) -> None:
-        """Spend the request, unless a script spent it already.
+    async def spend(self, charge: RateCharge | None) -> None:
+        """Take the charged request from its bucket.
 
         Raises:
             CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.
         """
-        if owed is None or owed.spent:
+        if charge is None:
             return
-        wait_us = await self.store.take_request(owed.bucket, owed.interval_us, owed.burst_us)
-        owed.spent = True
+        wait_us = await self.store.take_request(charge.bucket, charge.interval_us,
+                                                charge.burst_us)
         if wait_us > 0:
-            raise self.emptied(owed.bucket, wait_us)
+            raise self.emptied(charge.bucket, wait_us)
 
     def emptied(self, bucket: str, wait_us: int) -> CourierError:
         """The 429 of a bucket the store found empty, remembered until it has room."""

@@ -1,9 +1,9 @@
-"""The send's direct layer answers exactly as the layers beneath and FastAPI's handler do.
+"""The send's route answers a plain send exactly as FastAPI's handler does.
 
-A body declared ``application/json`` takes the direct layer
-(``messaging.web.direct``); the same bytes declared
-``application/merge-patch+json`` (JSON too, for FastAPI) go down the
-middleware stack to FastAPI's handler. Every answer, refusals included, must
+A body declared ``application/json`` is served by the route itself
+(``messaging.web.routes.sendroute``); the same bytes declared
+``application/merge-patch+json`` (JSON too, for FastAPI) go to FastAPI's
+handler. Every answer, refusals included, must
 be the same: status, headers and JSON.
 """
 
