@@ -7,15 +7,14 @@ import ipaddress
 import os
 import re
 import secrets
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from messaging.store.connect import is_cluster, is_sentinel
-from messaging.store.durability import Durability, Level
 
 OPERATOR_TOKEN_FILE = "operator-token"
 EMBEDDED_URL_FILE = "store-url"
@@ -38,6 +37,77 @@ def running_embedded_url(data_dir: Path) -> str | None:
             return None
     except OSError:
         return None
+
+
+
+# Store URLs: one server, a primary under Sentinel, or a Redis Cluster.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SENTINEL_SCHEME = "redis+sentinel"
+
+class StoreUrlError(ValueError):
+    """A store URL Courier cannot use (a cluster URL naming a database other than 0)."""
+
+
+def is_cluster(url: str) -> bool:
+    """True when ``url`` names a Redis Cluster."""
+    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """The plain ``redis://`` (or ``rediss://``) URL of a cluster URL's node; others as given.
+
+    Raises:
+        StoreUrlError: a cluster URL names a database other than 0.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in CLUSTER_SCHEMES:
+        return url
+    if parts.path.strip("/") not in ("", "0"):
+        raise StoreUrlError(f"a Redis Cluster has database 0 only, not {parts.path.strip('/')!r}")
+    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[scheme], path=""))
+
+
+def is_sentinel(url: str) -> bool:
+    """True when ``url`` names a primary by its Sentinels."""
+    return urlsplit(url).scheme.lower() == SENTINEL_SCHEME
+
+
+def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
+    """The Sentinels' (host, port) pairs, the primary's name and the data nodes'
+    connection options (password, database) of a ``redis+sentinel://`` URL.
+
+    Raises:
+        StoreUrlError: no Sentinel, or no primary's name.
+    """
+    parts = urlsplit(url)
+    creds, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = creds.partition(":")
+    sentinels = []
+    for host in filter(None, hosts.split(",")):
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise StoreUrlError(f"a Sentinel address is HOST:PORT, not {host!r}")
+        sentinels.append((name.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not sentinels or not path:
+        raise StoreUrlError("a Sentinel URL names its Sentinels and the primary: "
+                            "redis+sentinel://:PASSWORD@HOST:PORT,HOST:PORT/NAME")
+    options: dict[str, Any] = {"db": int(path[1]) if len(path) > 1 else 0}
+    if password:
+        options["password"] = unquote(password)
+    if user:
+        options["username"] = unquote(user)
+    return sentinels, path[0], options
+
+
+
+class Level(StrEnum):
+    """The durability levels of ``COURIER_DURABILITY``."""
+
+    LOCAL = "local"
+    FSYNC = "fsync"
+    REPLICA = "replica"
 
 
 class SettingsError(ValueError):
@@ -229,19 +299,6 @@ class Settings(BaseSettings):
         password = self.data_dir / STORE_PASSWORD_FILE
         secret = password.read_text().strip() if password.exists() else ""
         return f"redis://:{secret}@127.0.0.1:{self.embedded_port}/0"
-
-    @property
-    def store_durability(self) -> Durability:
-        """What a write waits for before it is answered (``COURIER_DURABILITY``).
-
-        Raises:
-            SettingsError: a level beyond ``local`` on a Redis Cluster.
-        """
-        if self.durability is not Level.LOCAL and is_cluster(self.store_url):
-            raise SettingsError(f"COURIER_DURABILITY={self.durability.value} needs one "
-                                "primary (with replicas), not a Redis Cluster")
-        return Durability(self.durability, self.durability_replicas,
-                          int(self.durability_timeout_s * 1000))
 
     @property
     def retention_s(self) -> float:

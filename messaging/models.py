@@ -517,24 +517,6 @@ class SearchQuery(BaseModel):
     limit: PageLimit = Field(50, description=LIMIT_HELP)
 
 
-def field_path(loc: tuple[Any, ...]) -> str:
-    """A pydantic error location as a dotted field name (``to.2``)."""
-    if loc[:1] == ("body",) and len(loc) > 1 and isinstance(loc[1], int):
-        return "body"  # a JSON syntax error: loc holds its position, not a field
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
-
-
-def invalid_argument_details(errors: list[Any], prefix: str = "") -> tuple[str, dict[str, Any]]:
-    """Pydantic errors as INVALID_ARGUMENT's message and details (first field named)."""
-    rows = [
-        {"field": prefix + field_path(tuple(e["loc"])), "message": e["msg"], "type": e["type"]}
-        for e in errors
-    ]
-    first = rows[0] if rows else {"field": prefix.rstrip(".") or "body", "message": "invalid"}
-    return f"{first['field']}: {first['message']}", {"field": first["field"], "errors": rows}
-
-
 class LaneIn(Model):
     """``PUT /v1/projects/{project_id}/lane``."""
 

@@ -16,6 +16,7 @@ from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK, delivery_queu
 from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import DeliveryStore, Leased, now_ms
+from messaging.store.durability import Durability
 from messaging.store.names import expire_names
 from messaging.store.searchindex import queued_projects
 from messaging.transports import policy
@@ -63,7 +64,7 @@ def store() -> DeliveryStore:
     if _store is None or _store[0] != os.getpid():
         settings = get_settings()
         _store = (os.getpid(), DeliveryStore.from_url(settings.store_url,
-                                                      settings.store_durability))
+                                                      Durability.of(settings)))
     return _store[1]
 
 
@@ -100,7 +101,7 @@ def deliver(transport: str, lane: str = "") -> str:
     delivery waits, indexes for search what was dispatched (``workers.indexer``).
     Returns what it recorded, by outcome, and indexed, for Flower.
     """
-    carrier = transports.get(transport)
+    carrier = transports.get(transport, get_settings())
     queue = policy.queue(carrier.kind, lane)
     told: list[str] = []
     owed = False

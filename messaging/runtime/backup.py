@@ -43,7 +43,7 @@ from urllib.parse import unquote, urlsplit
 import redis
 
 from messaging import __version__
-from messaging.config import OPERATOR_TOKEN_FILE, STORE_PASSWORD_FILE, Settings
+from messaging.config import OPERATOR_TOKEN_FILE, STORE_PASSWORD_FILE, Settings, is_cluster
 from messaging.store import connect, version
 
 FORMAT = 1
@@ -81,7 +81,7 @@ def _command(*args: str | bytes) -> bytes:
 @contextlib.contextmanager
 def _replica_connection(url: str) -> Iterator[Any]:
     """A logged-in socket to the server at ``url``, as a buffered binary file."""
-    if connect.is_cluster(url):
+    if is_cluster(url):
         raise BackupError("the store is a Redis Cluster: back up each node with the"
                           " cluster's own tools (one snapshot cannot span its nodes)")
     parts = urlsplit(url)

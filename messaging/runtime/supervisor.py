@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from messaging.config import Settings, SettingsError
+from messaging.config import Settings, SettingsError, StoreUrlError
 from messaging.runtime import children, logs, procfile, workerpool
 from messaging.runtime.children import Child, Output
 from messaging.runtime.embedded import (
@@ -30,7 +30,7 @@ from messaging.runtime.embedded import (
     server_binary,
     wait_ready,
 )
-from messaging.store.connect import StoreUrlError, redacted
+from messaging.store.connect import redacted
 from messaging.store.deliveries import DeliveryStore
 
 API_APP = "messaging.web.app:app"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from messaging import ids, transports
-from messaging.config import Settings, get_settings
+from messaging.config import Settings
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, AgentIn, PresenceIn, ProjectIn
 from messaging.service.caller import Caller
@@ -107,7 +107,7 @@ async def register_agent(
         "description": body.description,
     }
     agent = await store.register_agent(agent, ids.token_hash(token))
-    await _bind_waiting(store, project_id, agent["name"], dispatcher)
+    await _bind_waiting(store, settings, project_id, agent["name"], dispatcher)
     answer = {**agent_row(agent), "project_id": project_id, "token": token}
     # The settings as stored (a generated webhook secret included) are shown
     # once, like the token: the receiver needs the secret to check signatures.
@@ -116,13 +116,13 @@ async def register_agent(
 
 
 async def _bind_waiting(
-    store: Store, project_id: str, name: str, dispatcher: Dispatcher | None
+    store: Store, settings: Settings, project_id: str, name: str, dispatcher: Dispatcher | None
 ) -> None:
     """Bind the mail waiting for a name that an agent just took, and publish it."""
     if not await store.names.is_authorized(project_id, name):
         return
     now = now_us()
-    grace_ms = int(get_settings().outbox_grace_s * 1000) if dispatcher is not None else 0
+    grace_ms = int(settings.outbox_grace_s * 1000) if dispatcher is not None else 0
     for bound in await store.names.bind(project_id, name, now, now // 1000 + grace_ms):
         if dispatcher is not None:
             dispatcher.submit(project_id, bound.transport, bound.delivery_id)
@@ -174,7 +174,8 @@ async def rotate_token(store: Store, caller: Caller, project_id: str, agent_id: 
 
 
 async def set_presence(
-    store: Store, caller: Caller, body: PresenceIn, dispatcher: Dispatcher | None = None
+    store: Store, settings: Settings, caller: Caller, body: PresenceIn,
+    dispatcher: Dispatcher | None = None,
 ) -> Json:
     """Record what the agent's host says of it; moves its activity forward.
 
@@ -185,7 +186,6 @@ async def set_presence(
     """
     project_id, agent_id = caller.require_agent()
     now = now_us()
-    settings = get_settings()
     grace_ms = int(settings.outbox_grace_s * 1000) if dispatcher is not None else 0
     updated, fired = await store.live.set_presence(
         project_id, agent_id, body.state.value, now, now // 1000 + grace_ms,

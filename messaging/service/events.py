@@ -86,8 +86,10 @@ async def _message_item(store: Store, caller: Caller, data: Json) -> Json | None
     """A ``message`` entry as the inbox shows it, with ``wake``; records it observed."""
     project_id, agent_id = caller.require_agent()
     try:
-        msg = await reading.get_message(store, caller, data["message_id"])
+        msg = await reading.shown_message(store, caller, data["message_id"])
     except CourierError:
+        msg = None
+    if msg is None:
         return None  # not (or no longer) visible to this agent: nothing to show
     (dlv,) = await store.get_deliveries(project_id, [data["delivery_id"]])
     dlv = dlv or {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from messaging import ids
-from messaging.config import get_settings
+from messaging.config import Settings
 from messaging.errors import CourierError, not_found
 from messaging.service.caller import Caller
 from messaging.service.directory import require_project
@@ -29,8 +29,8 @@ async def list_held(store: Store, caller: Caller, project_id: str) -> Json:
     return {"deliveries": rows}
 
 
-async def settle(store: Store, dispatcher: Dispatcher, caller: Caller, delivery_id: str,
-                 mode: str) -> Json:
+async def settle(store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+                 delivery_id: str, mode: str) -> Json:
     """Release a held delivery (dispatched as usual) or decline it (``rejected``).
 
     Raises:
@@ -45,7 +45,7 @@ async def settle(store: Store, dispatcher: Dispatcher, caller: Caller, delivery_
     if dlv is None:
         raise not_found("delivery")
     now = now_us()
-    due_ms = now // 1000 + int(get_settings().outbox_grace_s * 1000)
+    due_ms = now // 1000 + int(settings.outbox_grace_s * 1000)
     answer = await store.settle_held(project_id, dlv, mode, now, due_ms, DECLINED)
     if answer[0] == "not_held":
         raise CourierError("DELIVERY_NOT_HELD", "this delivery is not held (any more)",

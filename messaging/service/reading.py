@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from messaging import ids
+from messaging.config import Settings
 from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, THREAD_LIMIT_DEFAULT, InboxQuery
 from messaging.service.caller import Caller, CallerKind
@@ -48,16 +49,32 @@ def visible(caller: Caller, record: Json, unpacked: Json | None = None) -> Json 
     return None
 
 
-async def get_message(store: Store, caller: Caller, message_id: str) -> Json:
-    """One message: everything for its sender, no one else's bcc for a recipient."""
+async def get_message(store: Store, settings: Settings, caller: Caller,
+                      message_id: str) -> Json:
+    """One message: everything for its sender, no one else's bcc for a recipient.
+
+    Raises:
+        CourierError: NOT_FOUND, or ARCHIVED for a message retention removed.
+    """
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
     if record is None:
-        raise await missing(store, caller, project_id, message_id, "message")
+        raise await missing(store, settings, caller, project_id, message_id, "message")
     view = visible(caller, record)
     if view is None:
         raise not_found("message")
     return view
+
+
+async def shown_message(store: Store, caller: Caller, message_id: str) -> Json | None:
+    """The message as ``caller`` may see it; None when it is not there or not theirs to
+    see.
+
+    Raises:
+        CourierError: NOT_FOUND for an id of another project (or none).
+    """
+    record = await store.get_message(_project_of(caller, message_id, "message"), message_id)
+    return visible(caller, record) if record is not None else None
 
 
 async def _thread_ids(store: Store, project_id: str, thread_id: str) -> list[str]:
@@ -286,24 +303,26 @@ async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
     return {"messages": items, "next_cursor": str(after)}
 
 
-async def _own_delivery(store: Store, caller: Caller, message_id: str) -> tuple[str, str]:
+async def _own_delivery(store: Store, settings: Settings, caller: Caller,
+                        message_id: str) -> tuple[str, str]:
     project_id, agent_id = caller.require_agent()
     record = await store.get_message(project_id, message_id) if ids.project_of(
         message_id) == project_id else None
     if record is None:
-        raise await missing(store, caller, project_id, message_id, "message")
+        raise await missing(store, settings, caller, project_id, message_id, "message")
     for did, aid in deliveries_of(record):
         if aid == agent_id and aid not in withheld_from(record):
             return project_id, did
     raise not_found("message")
 
 
-async def mark(store: Store, caller: Caller, message_id: str, kind: str) -> Json:
+async def mark(store: Store, settings: Settings, caller: Caller, message_id: str,
+               kind: str) -> Json:
     """Mark a received message read, or acknowledged (which also reads it)."""
-    project_id, did = await _own_delivery(store, caller, message_id)
+    project_id, did = await _own_delivery(store, settings, caller, message_id)
     marked = await store.mark(project_id, did, kind, now_us())
     if not marked:  # removed by retention since it was read above
-        raise await missing(store, caller, project_id, message_id, "message")
+        raise await missing(store, settings, caller, project_id, message_id, "message")
     read_us, ack_us = marked
     return {"message_id": message_id, "delivery_id": did,
             "read_ts": rfc3339(read_us or None), "ack_ts": rfc3339(ack_us or None)}
@@ -323,12 +342,12 @@ def _may_read_delivery(caller: Caller, dlv: Json, sent_by: set[str]) -> bool:
     return caller.agent_id == dlv["agent_id"] and not _withheld(dlv)
 
 
-async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
+async def get_delivery(store: Store, settings: Settings, caller: Caller, delivery_id: str) -> Json:
     """One delivery, for its sender, its recipient and the project token."""
     project_id = _project_of(caller, delivery_id, "delivery")
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
-        raise await missing(store, caller, project_id, delivery_id, "delivery")
+        raise await missing(store, settings, caller, project_id, delivery_id, "delivery")
     record = await store.get_message(project_id, dlv["message_id"])
     sent_by = senders(unpack_message(record["json"])) if record else set()
     if not _may_read_delivery(caller, {**dlv, "_project_id": project_id}, sent_by):
@@ -336,12 +355,13 @@ async def get_delivery(store: Store, caller: Caller, delivery_id: str) -> Json:
     return delivery_view(dlv)
 
 
-async def message_deliveries(store: Store, caller: Caller, message_id: str) -> Json:
+async def message_deliveries(store: Store, settings: Settings, caller: Caller,
+                             message_id: str) -> Json:
     """The deliveries of a message the caller may read."""
     project_id = _project_of(caller, message_id, "message")
     record = await store.get_message(project_id, message_id)
     if record is None:
-        raise await missing(store, caller, project_id, message_id, "message")
+        raise await missing(store, settings, caller, project_id, message_id, "message")
     sent_by = senders(unpack_message(record["json"]))
     dids = [d for d, _ in deliveries_of(record)]
     dlvs = await store.get_deliveries(project_id, dids)
@@ -354,13 +374,13 @@ async def message_deliveries(store: Store, caller: Caller, message_id: str) -> J
     return {"message_id": message_id, "deliveries": rows}
 
 
-async def observed(store: Store, caller: Caller, delivery_id: str) -> Json:
+async def observed(store: Store, settings: Settings, caller: Caller, delivery_id: str) -> Json:
     """The recipient's host says it showed this delivery."""
     project_id, agent_id = caller.require_agent()
     (dlv,) = await store.get_deliveries(project_id, [delivery_id]) if ids.project_of(
         delivery_id) == project_id else (None,)
     if dlv is None:
-        raise await missing(store, caller, project_id, delivery_id, "delivery")
+        raise await missing(store, settings, caller, project_id, delivery_id, "delivery")
     if dlv["agent_id"] != agent_id or _withheld(dlv):
         raise not_found("delivery")
     await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messaging import ids
-from messaging.config import get_settings
+from messaging.config import Settings
 from messaging.errors import CourierError, not_found
 from messaging.service import archive
 from messaging.service.caller import Caller
@@ -111,12 +111,12 @@ def sweep_project(rstore: RetentionStore, root: Path, project_id: str, retention
     return Round(removed, looked)
 
 
-async def missing(store: Store, caller: Caller, project_id: str, some_id: str,
-                  what: str) -> CourierError:
+async def missing(store: Store, settings: Settings, caller: Caller, project_id: str,
+                  some_id: str, what: str) -> CourierError:
     """The error for an id not in the store: 410 ARCHIVED when retention removed it
     and the caller could see it (the project's token, its sender, a recipient it
     was not withheld from); 404 to everyone else, as for an id that never was."""
-    retention_s = get_settings().retention_s
+    retention_s = settings.retention_s
     if retention_s > 0 and ids.project_of(some_id) == project_id:
         found = await store.archived(project_id, some_id,
                                      archived_buckets(time.time(), retention_s))

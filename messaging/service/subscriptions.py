@@ -24,13 +24,12 @@ from pydantic import ValidationError
 
 from messaging import ids
 from messaging.config import Settings
-from messaging.errors import CourierError, not_found, unauthenticated
+from messaging.errors import CourierError, from_validation, not_found, unauthenticated
 from messaging.models import (
     Inbound,
     SendIn,
     SubscriptionIn,
     SubscriptionMessageIn,
-    invalid_argument_details,
 )
 from messaging.service.caller import Caller
 from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
@@ -129,8 +128,7 @@ async def _send_first(
     try:
         send_body = SendIn.model_validate_json(json.dumps({**fields, "to": [target]}))
     except ValidationError as exc:
-        text, details = invalid_argument_details(exc.errors(), "message.")
-        raise CourierError("INVALID_ARGUMENT", text, details) from None
+        raise from_validation(exc, "message.") from None
     return await send(store, settings, dispatcher, caller, send_body)
 
 

@@ -15,7 +15,6 @@ the hash tag ``{p:<project_id>}``, so each script runs on one node.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -25,8 +24,13 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
-CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-SENTINEL_SCHEME = "redis+sentinel"
+from messaging.config import (
+    is_cluster,
+    is_sentinel,
+    node_url,
+    sentinel_parts,
+)
+
 SENTINEL_TIMEOUT_S = 1.0
 # A connection idle this long is checked with PING before it is used again.
 HEALTH_CHECK_INTERVAL_S = 30
@@ -51,10 +55,6 @@ STORE_DOWN: tuple[type[Exception], ...] = (
     redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError, RedisClusterException)
 
 
-class StoreUrlError(ValueError):
-    """A store URL Courier cannot use (a cluster URL naming a database other than 0)."""
-
-
 class ClusterClient(RedisCluster):
     """redis-py's cluster client, whose ``close`` also closes its connections to
     the nodes (redis-py's own leaves them open until garbage collection)."""
@@ -72,59 +72,6 @@ def redacted(url: str) -> str:
         return url
     user = creds.partition(":")[0]
     return f"{scheme}://{user}:***@{location}" if user else f"{scheme}://***@{location}"
-
-
-def is_cluster(url: str) -> bool:
-    """True when ``url`` names a Redis Cluster."""
-    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
-
-
-def node_url(url: str) -> str:
-    """The plain ``redis://`` (or ``rediss://``) URL of a cluster URL's node; others as given.
-
-    Raises:
-        StoreUrlError: a cluster URL names a database other than 0.
-    """
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in CLUSTER_SCHEMES:
-        return url
-    if parts.path.strip("/") not in ("", "0"):
-        raise StoreUrlError(f"a Redis Cluster has database 0 only, not {parts.path.strip('/')!r}")
-    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[scheme], path=""))
-
-
-def is_sentinel(url: str) -> bool:
-    """True when ``url`` names a primary by its Sentinels."""
-    return urlsplit(url).scheme.lower() == SENTINEL_SCHEME
-
-
-def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
-    """The Sentinels' (host, port) pairs, the primary's name and the data nodes'
-    connection options (password, database) of a ``redis+sentinel://`` URL.
-
-    Raises:
-        StoreUrlError: no Sentinel, or no primary's name.
-    """
-    parts = urlsplit(url)
-    creds, _, hosts = parts.netloc.rpartition("@")
-    user, _, password = creds.partition(":")
-    sentinels = []
-    for host in filter(None, hosts.split(",")):
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit():
-            raise StoreUrlError(f"a Sentinel address is HOST:PORT, not {host!r}")
-        sentinels.append((name.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not sentinels or not path:
-        raise StoreUrlError("a Sentinel URL names its Sentinels and the primary: "
-                            "redis+sentinel://:PASSWORD@HOST:PORT,HOST:PORT/NAME")
-    options: dict[str, Any] = {"db": int(path[1]) if len(path) > 1 else 0}
-    if password:
-        options["password"] = unquote(password)
-    if user:
-        options["username"] = unquote(user)
-    return sentinels, path[0], options
 
 
 def sync_client(url: str, **options: Any) -> SyncClient:

@@ -17,18 +17,11 @@ been stored, and may not survive the loss of its node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import redis.exceptions
 
-
-class Level(StrEnum):
-    """The durability levels of ``COURIER_DURABILITY``."""
-
-    LOCAL = "local"
-    FSYNC = "fsync"
-    REPLICA = "replica"
+from messaging.config import Level, Settings, SettingsError, is_cluster
 
 
 class NotDurable(Exception):
@@ -46,6 +39,19 @@ class Durability:
     level: Level = Level.LOCAL
     replicas: int = 1
     timeout_ms: int = 5000
+
+    @classmethod
+    def of(cls, settings: Settings) -> Durability:
+        """What a write waits for before it is answered (``COURIER_DURABILITY``).
+
+        Raises:
+            SettingsError: a level beyond ``local`` on a Redis Cluster.
+        """
+        if settings.durability is not Level.LOCAL and is_cluster(settings.store_url):
+            raise SettingsError(f"COURIER_DURABILITY={settings.durability.value} needs one "
+                                "primary (with replicas), not a Redis Cluster")
+        return cls(settings.durability, settings.durability_replicas,
+                   int(settings.durability_timeout_s * 1000))
 
     @property
     def waits(self) -> bool:

@@ -28,7 +28,8 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
-from messaging.store.durability import Durability, Level, NotDurable, lacks_waitaof
+from messaging.config import Level
+from messaging.store.durability import Durability, NotDurable, lacks_waitaof
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from messaging.config import Settings, get_settings
+from messaging.config import Settings
 from messaging.errors import from_validation, invalid
 from messaging.transports.base import Transport, TransportSettings
 
@@ -33,19 +33,20 @@ def installed() -> dict[str, type[Transport]]:
     return dict(sorted(found.items()))
 
 
-@lru_cache(maxsize=1)
-def _instances() -> dict[str, Transport]:
-    settings = get_settings()
-    return {kind: cls(settings) for kind, cls in installed().items()}
+# This process's transports, made on first use with the process's settings.
+_INSTANCES: dict[str, Transport] = {}
 
 
-def get(kind: str) -> Transport:
-    """This process's instance of a transport.
+def get(kind: str, settings: Settings) -> Transport:
+    """This process's instance of a transport (made with ``settings`` the first time).
 
     Raises:
         KeyError: no transport of that kind is installed.
     """
-    return _instances()[kind]
+    found = _INSTANCES.get(kind)
+    if found is None:
+        found = _INSTANCES[kind] = installed()[kind](settings)
+    return found
 
 
 def parse(kind: str, stored: dict[str, Any], settings: Settings) -> TransportSettings:

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from messaging.config import Settings
 from messaging.store.deliveries import DeliveryStore, Leased
+from messaging.store.durability import Durability
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 
 LEASE_LOST = "the lease was lost before the inbox put: another worker owns this delivery"
@@ -30,7 +31,7 @@ class InboxTransport(Transport):
         """The store is the provider (its own pool, made where it is used)."""
         if self._store is None:
             self._store = DeliveryStore.from_url(self.courier.store_url,
-                                                 self.courier.store_durability)
+                                                 Durability.of(self.courier))
         return self._store
 
     def deliver(self, delivery: Delivery) -> Outcome:

@@ -17,8 +17,7 @@ from urllib.parse import urlsplit
 
 from standardwebhooks import Webhook
 
-from messaging.config import Settings
-from messaging.store import connect
+from messaging.config import Settings, is_sentinel, sentinel_parts
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
@@ -78,8 +77,8 @@ def own_endpoints(settings: Settings) -> list[tuple[str, int]]:
     out = [(settings.host.lower(), settings.port),
            (settings.flower_host.lower(), settings.flower_port)]
     for url in (settings.store_url, settings.celery_broker_url):
-        if connect.is_sentinel(url):
-            out += [(host.lower(), port) for host, port in connect.sentinel_parts(url)[0]]
+        if is_sentinel(url):
+            out += [(host.lower(), port) for host, port in sentinel_parts(url)[0]]
             continue
         parts = urlsplit(url)
         if parts.hostname and parts.port:

@@ -23,8 +23,7 @@ from starlette.routing import Route
 
 from messaging import __version__
 from messaging.config import OperatorTokenMissing, Settings, get_settings
-from messaging.errors import CourierError
-from messaging.models import field_path
+from messaging.errors import CourierError, from_validation
 from messaging.runtime import logs
 from messaging.runtime.children import die_with_parent
 from messaging.runtime.dataversion import check_at_start
@@ -33,6 +32,7 @@ from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
 from messaging.service.rendering import Renderer
 from messaging.store.connect import STORE_DOWN
+from messaging.store.durability import Durability
 from messaging.store.store import Store
 from messaging.web import openapi
 from messaging.web.bodylimit import BodyLimit, request_cap
@@ -82,16 +82,7 @@ async def _known_failure(request: Request, exc: Exception) -> JSONResponse:
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [
-        {"field": field_path(tuple(e["loc"])), "message": e["msg"], "type": e["type"]}
-        for e in exc.errors()
-    ]
-    first = errors[0] if errors else {"field": "body", "message": "invalid request"}
-    err = CourierError(
-        "INVALID_ARGUMENT", f"{first['field']}: {first['message']}",
-        {"field": first["field"], "errors": errors},
-    )
-    return error_response(err)
+    return error_response(from_validation(exc))
 
 
 async def _framework_error(request: Request, exc: Exception) -> JSONResponse:
@@ -123,7 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             started.error("%s", exc)
             raise
         check_at_start(settings.store_url, "api")
-        store = Store.from_url(settings.store_url, settings.store_durability)
+        store = Store.from_url(settings.store_url, Durability.of(settings))
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
         svc = Services(settings, store, publisher, operator_token,

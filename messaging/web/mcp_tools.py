@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, get_type_hints
 
 import orjson
-import redis.exceptions
 from pydantic import BaseModel, Field, ValidationError
 from starlette.types import Scope
 
@@ -29,8 +28,6 @@ from messaging.errors import (
     CourierError,
     from_validation,
     invalid,
-    store_full,
-    store_unavailable,
 )
 from messaging.models import (
     SUMMARY_HELP,
@@ -47,7 +44,6 @@ from messaging.models import (
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
 from messaging.service.caller import Caller
-from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.types import Json
 from messaging.web import refusals
@@ -114,17 +110,14 @@ async def run_tool(scope: Scope, call: Call) -> Json:
     svc: Services = scope["app"].state.services
     try:
         return tool_result(await call(svc, caller))
-    except CourierError as exc:
-        error = exc
     except ValidationError as exc:
-        error = from_validation(exc)
-    except redis.exceptions.OutOfMemoryError:
-        error = store_full()
-    except STORE_DOWN:
-        error = store_unavailable()
-    except Exception:
-        log.exception("an MCP tool call failed unexpectedly")
-        return tool_error(internal_error())
+        error: CourierError | None = from_validation(exc)
+    except Exception as exc:
+        error = refusals.answered_as(exc)  # a CourierError, a full or unreachable store
+        if error is None:
+            log.exception("an MCP tool call failed unexpectedly")
+            return tool_error(internal_error())
+    assert error is not None
     return tool_error(error.body())
 
 
@@ -227,8 +220,13 @@ class CourierTool:
     description: str
 
     def validate(self, arguments: Json) -> BaseModel:
-        """The arguments as the model, by the HTTP face's rules: strict JSON types, names as
-        the HTTP face spells them (``from``), nothing unknown."""
+        """The arguments as the model, by the HTTP face's rules: a body's model as the
+        HTTP face validates a body (the parsed JSON, the model's strict types, so that
+        an error reads the same), a query's strictly by JSON type; names as the HTTP
+        face spells them (``from``), nothing unknown."""
+        if self.arguments.model_config.get("strict"):  # a body's model: as over HTTP
+            return self.arguments.model_validate(arguments, by_alias=True, by_name=False)
+        # A query's model, which takes text over HTTP: the JSON's own types, strictly.
         return self.arguments.model_validate_json(json.dumps(arguments), strict=True,
                                                   by_alias=True, by_name=False)
 
@@ -299,14 +297,14 @@ async def _search_messages(svc: Services, who: Caller, args: SearchQuery) -> Jso
 
 @_tool("mark_read", "Mark a message you received read.")
 async def _mark_read(svc: Services, who: Caller, args: MessageArgs) -> Json:
-    return await reading.mark(svc.store, who, args.message_id, "read")
+    return await reading.mark(svc.store, svc.settings, who, args.message_id, "read")
 
 
 @_tool("acknowledge_message", (
     "Acknowledge a message you received that asks for it (ack_required); also marks it "
     "read."))
 async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) -> Json:
-    return await reading.mark(svc.store, who, args.message_id, "ack")
+    return await reading.mark(svc.store, svc.settings, who, args.message_id, "ack")
 
 
 @_tool("list_agents", (
@@ -322,7 +320,7 @@ async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
     "selected, dispatch started, provider result, observed). An outcome of unknown is "
     "uncertainty, not failure: do not resend because of it."))
 async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
-    return await reading.get_delivery(svc.store, who, args.delivery_id)
+    return await reading.get_delivery(svc.store, svc.settings, who, args.delivery_id)
 
 
 @_tool("subscribe_idle", (
@@ -356,7 +354,7 @@ async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
     "Tell Courier whether you are busy, idle, exited or source_lost "
     "(PUT /v1/agents/me/presence); going idle sends the idle notices others wait for."))
 async def _set_presence(svc: Services, who: Caller, args: PresenceIn) -> Json:
-    return await directory.set_presence(svc.store, who, args, svc.publisher)
+    return await directory.set_presence(svc.store, svc.settings, who, args, svc.publisher)
 
 
 def _inline(schema: Json, defs: Json) -> Json:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
+from messaging import config
 from messaging.config import CLUSTER_NEEDS_BROKER, Settings, SettingsError
 from messaging.runtime.supervisor import run_up
-from messaging.store import connect, keys
+from messaging.store import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_URL = "redis+cluster://127.0.0.1:7000"
@@ -29,13 +30,13 @@ CLUSTER_URL = "redis+cluster://127.0.0.1:7000"
     ("REDIS+CLUSTER://h:7000", True, "redis://h:7000"),
 ])
 def test_the_scheme_says_whether_the_store_is_a_cluster(url: str, cluster: bool, node: str):
-    assert connect.is_cluster(url) is cluster
-    assert connect.node_url(url) == node
+    assert config.is_cluster(url) is cluster
+    assert config.node_url(url) == node
 
 
 def test_a_cluster_url_with_a_database_other_than_0_is_refused():
-    with pytest.raises(connect.StoreUrlError, match="database 0 only"):
-        connect.node_url("redis+cluster://h:7000/1")
+    with pytest.raises(config.StoreUrlError, match="database 0 only"):
+        config.node_url("redis+cluster://h:7000/1")
 
 
 def test_a_cluster_store_without_a_broker_is_a_settings_error():
@@ -91,8 +92,8 @@ def test_the_key_map_has_project_keys_to_check():
 
 def test_a_sentinel_url_names_its_sentinels_the_primary_and_the_nodes_password() -> None:
     url = "redis+sentinel://:p%40ss@10.0.0.1:26379,[::1]:26380,s3:26381/courier/2"
-    assert connect.is_sentinel(url) and not connect.is_cluster(url)
-    sentinels, name, options = connect.sentinel_parts(url)
+    assert config.is_sentinel(url) and not config.is_cluster(url)
+    sentinels, name, options = config.sentinel_parts(url)
     assert sentinels == [("10.0.0.1", 26379), ("::1", 26380), ("s3", 26381)]
     assert (name, options) == ("courier", {"db": 2, "password": "p@ss"})
 
@@ -100,8 +101,8 @@ def test_a_sentinel_url_names_its_sentinels_the_primary_and_the_nodes_password()
 @pytest.mark.parametrize("url", ["redis+sentinel://s1:26379", "redis+sentinel:///courier",
                                  "redis+sentinel://s1/courier"])
 def test_a_sentinel_url_without_sentinels_or_primary_is_refused(url: str) -> None:
-    with pytest.raises(connect.StoreUrlError):
-        connect.sentinel_parts(url)
+    with pytest.raises(config.StoreUrlError):
+        config.sentinel_parts(url)
 
 
 def test_a_sentinel_store_needs_a_broker_of_its_own() -> None:

@@ -15,7 +15,7 @@ router = APIRouter(tags=["deliveries"])
 @router.get("/v1/deliveries/{delivery_id}", response_model=answers.Delivery)
 async def get_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """What happened to one delivery, stage by stage."""
-    return ok(await reading.get_delivery(svc.store, who, delivery_id))
+    return ok(await reading.get_delivery(svc.store, svc.settings, who, delivery_id))
 
 
 @router.post("/v1/deliveries/{delivery_id}/redrive", response_model=answers.Delivery)
@@ -27,18 +27,20 @@ async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse
 @router.post("/v1/deliveries/{delivery_id}/observed", response_model=answers.Delivery)
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
-    return ok(await reading.observed(svc.store, who, delivery_id))
+    return ok(await reading.observed(svc.store, svc.settings, who, delivery_id))
 
 
 @router.post("/v1/deliveries/{delivery_id}/release", response_model=answers.Delivery,
              tags=["held mail"])
 async def release_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """Let a held delivery go to its recipient (project token)."""
-    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "release"))
+    return ok(await held.settle(svc.store, svc.settings, svc.publisher, who, delivery_id,
+                                "release"))
 
 
 @router.post("/v1/deliveries/{delivery_id}/decline", response_model=answers.Delivery,
              tags=["held mail"])
 async def decline_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """Refuse a held delivery: it ends rejected, never shown (project token)."""
-    return ok(await held.settle(svc.store, svc.publisher, who, delivery_id, "decline"))
+    return ok(await held.settle(svc.store, svc.settings, svc.publisher, who, delivery_id,
+                                "decline"))

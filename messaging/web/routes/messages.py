@@ -40,25 +40,25 @@ async def reply_message(message_id: str, body: ReplyIn, svc: Svc, who: Who) -> J
 @router.get("/v1/messages/{message_id}", response_model=answers.Message)
 async def get_message(message_id: str, svc: Svc, who: Who) -> JSONResponse:
     """One message, as the caller may see it."""
-    return ok(await reading.get_message(svc.store, who, message_id))
+    return ok(await reading.get_message(svc.store, svc.settings, who, message_id))
 
 
 @router.post("/v1/messages/{message_id}/read", response_model=answers.Marks)
 async def mark_read(message_id: str, svc: Svc, who: Who) -> JSONResponse:
     """Mark a received message read."""
-    return ok(await reading.mark(svc.store, who, message_id, "read"))
+    return ok(await reading.mark(svc.store, svc.settings, who, message_id, "read"))
 
 
 @router.post("/v1/messages/{message_id}/ack", response_model=answers.Marks)
 async def mark_ack(message_id: str, svc: Svc, who: Who) -> JSONResponse:
     """Acknowledge a received message."""
-    return ok(await reading.mark(svc.store, who, message_id, "ack"))
+    return ok(await reading.mark(svc.store, svc.settings, who, message_id, "ack"))
 
 
 @router.get("/v1/messages/{message_id}/deliveries", response_model=answers.Deliveries)
 async def message_deliveries(message_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The deliveries of one message."""
-    return ok(await reading.message_deliveries(svc.store, who, message_id))
+    return ok(await reading.message_deliveries(svc.store, svc.settings, who, message_id))
 
 
 @router.get("/v1/threads/{thread_id}", response_model=answers.Thread)

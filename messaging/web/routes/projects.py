@@ -75,4 +75,4 @@ async def rotate_token(project_id: str, agent_id: str, svc: Svc, who: Who) -> JS
 @router.put("/v1/agents/me/presence", response_model=answers.Agent)
 async def presence(body: PresenceIn, svc: Svc, who: Who) -> JSONResponse:
     """What the agent's host says of it."""
-    return ok(await directory.set_presence(svc.store, who, body, svc.publisher))
+    return ok(await directory.set_presence(svc.store, svc.settings, who, body, svc.publisher))
