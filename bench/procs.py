@@ -1,6 +1,6 @@
 """The processes a benchmark runs: the embedded store, HTTP servers and Celery workers.
 
-Commands come from ``messaging.runtime.supervisor.process_table`` (the Procfile's), so
+Commands come from ``messaging.launch.supervisor.process_table`` (the Procfile's), so
 the API serves and the worker works as under ``courier up``; the baselines
 change only the app they load. Each cluster has its own ports and temp dir.
 """
@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 
 from messaging.config import Settings
-from messaging.runtime.embedded import EmbeddedStore
-from messaging.runtime.supervisor import API_APP, CELERY_APP, process_table
+from messaging.launch.embedded import EmbeddedStore
+from messaging.launch.supervisor import API_APP, CELERY_APP, process_table
 from messaging.store import connect
 
 ROOT = Path(os.path.abspath(__file__)).parent.parent

@@ -40,7 +40,7 @@ from bench.procs import BenchError, Cluster, free_port, wait_worker
 from bench.profile import py_spy
 from bench.stats import latency
 from messaging.client import CourierClient
-from messaging.runtime.supervisor import process_table
+from messaging.launch.supervisor import process_table
 from messaging.store import keys
 
 RESULTS_DIR = Path(os.path.abspath(__file__)).parent / "results"

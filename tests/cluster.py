@@ -16,7 +16,7 @@ from pathlib import Path
 import redis
 
 from messaging.config import STORE_PASSWORD_FILE
-from messaging.runtime.embedded import EmbeddedStore, store_password
+from messaging.launch.embedded import EmbeddedStore, store_password
 
 # Short, so that a node that died is noticed quickly; tests never fail over.
 NODE_TIMEOUT_MS = 2000

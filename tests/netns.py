@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from tests.stack import ROOT, wait_until
 
 BRIDGE_OCTET = 254

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from messaging.config import STORE_PASSWORD_FILE
-from messaging.runtime.embedded import EmbeddedStore, server_binary
+from messaging.launch.embedded import EmbeddedStore, server_binary
 from messaging.store import connect
 from tests.stack import free_port, wait_until
 

@@ -29,8 +29,8 @@ import httpx
 from bench.procs import Proc
 from messaging.client import CourierClient
 from messaging.config import parse_bytes
-from messaging.runtime import procfile, workerpool
-from messaging.runtime.embedded import EmbeddedStore, parent_of
+from messaging.launch import procfile, workerpool
+from messaging.launch.embedded import EmbeddedStore, parent_of
 from messaging.store import connect, keys
 from tests.cluster import EmbeddedCluster
 

@@ -18,7 +18,7 @@ from bench.population import populate, ring, ring_sends
 from bench.procs import BenchError, free_port
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, wait_delivered
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect
 
 LEVELS = ("local", "fsync", "replica")

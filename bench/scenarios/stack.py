@@ -33,7 +33,7 @@ from bench.profile import profiled
 from bench.stats import latency, ratio
 from bench.verify import SEND_FIELDS, admitted, check_exactly_once, wait_delivered
 from messaging.config import Settings
-from messaging.runtime.supervisor import process_table
+from messaging.launch.supervisor import process_table
 
 # Senders: 32 agents at ~2,000 sends/s are ~60/s each, under the default limit.
 STACK_AGENTS = 32

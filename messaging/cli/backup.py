@@ -11,7 +11,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from messaging.config import Settings, get_settings
-from messaging.runtime import backup as backups
+from messaging.launch import backup as backups
 from messaging.store.connect import STORE_DOWN
 from messaging.store.version import DataVersionError
 

@@ -84,7 +84,7 @@ def up(
 
     The workers are one Celery worker per installed transport.
     """
-    from messaging.runtime.supervisor import run_lane, run_up
+    from messaging.launch.supervisor import run_lane, run_up
 
     settings = get_settings()
     if log_tasks:
@@ -101,7 +101,7 @@ def init() -> None:
     Run it once per deployment before starting its processes one by one
     (`courier run NAME`, honcho, Compose); `courier up` does it by itself.
     """
-    from messaging.runtime.supervisor import init_home
+    from messaging.launch.supervisor import init_home
 
     settings = get_settings()
     data_dir, created = init_home(settings)
@@ -124,7 +124,7 @@ def run_process(
     Every process but the store needs the deployment's operator token in
     COURIER_DATA_DIR (or COURIER_OPERATOR_TOKEN): without it, it does not start.
     """
-    from messaging.runtime import procfile, workerpool
+    from messaging.launch import procfile, workerpool
 
     known = [*procfile.read(), *workerpool.commands()]
     if name not in known:

@@ -1,1 +1,2 @@
-"""Processes and plumbing: publishing, Celery settings, the embedded store, courier up."""
+"""What the API and worker processes run on: publishing to the broker, Celery's
+settings, logs, the data version check, the rendering pool, child processes."""

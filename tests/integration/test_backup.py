@@ -15,7 +15,7 @@ import pytest
 
 from messaging.client import CourierAPIError
 from messaging.config import OPERATOR_TOKEN_FILE
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.service import archive
 from messaging.store import connect, keys, version
 from tests.integration.conftest import Project

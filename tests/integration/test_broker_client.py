@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from messaging.config import Settings
+from messaging.launch.embedded import EmbeddedStore
 from messaging.runtime import brokerclient
 from messaging.runtime.celeryconf import celery_config, queue_for
-from messaging.runtime.embedded import EmbeddedStore
 from messaging.runtime.publish import Publisher
 from tests.stack import free_port
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from messaging.runtime.backup import copy_into_store
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.backup import copy_into_store
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect, keys, version
 from tests.records import lost, project_records, stable
 from tests.stack import START_TIMEOUT_S, Stack, free_port, make_stack, wait_until

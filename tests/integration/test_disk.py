@@ -14,7 +14,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from messaging.runtime.embedded import ROTATED_SUFFIX, EmbeddedStore
+from messaging.launch.embedded import ROTATED_SUFFIX, EmbeddedStore
 from messaging.service import archive
 from tests.stack import free_port, make_stack, wait_until
 

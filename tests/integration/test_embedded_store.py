@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from messaging.config import EMBEDDED_URL_FILE
-from messaging.runtime.embedded import (
+from messaging.launch.embedded import (
     EmbeddedStore,
     EmbeddedStoreError,
     lower_priority,
@@ -140,7 +140,7 @@ def test_module_runs_the_store_until_sigterm(tmp_path: Path) -> None:
     env.update(COURIER_DATA_DIR=str(tmp_path), COURIER_EMBEDDED_PORT=str(port))
     shown = f"redis://127.0.0.1:{port}/0"
     with subprocess.Popen(
-        [sys.executable, "-m", "messaging.runtime.embedded"], cwd=ROOT, env=env,
+        [sys.executable, "-m", "messaging.launch.embedded"], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     ) as proc:  # fmt: skip
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect, keys
 from tests.integration.conftest import new_project
 from tests.sentinel import Watched, with_cont

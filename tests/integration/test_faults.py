@@ -14,7 +14,7 @@ import pytest
 
 import tests.stack
 from messaging.client import CourierClient
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect, keys
 from tests.receiver import Receiver
 from tests.stack import Stack, free_port, make_stack, wait_until

@@ -31,7 +31,7 @@ def _paths() -> list[str]:
 def test_every_flower_route_asks_for_the_operator_token(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
     try:
-        _, url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        _, url = stack.start_flower(["-m", "messaging.launch.flower"])
         paths = _paths()
         assert {"/metrics", "/healthcheck", "/static/x", "/api/workers"} <= set(paths), paths
         good = ("operator", stack.operator_token)
@@ -54,7 +54,7 @@ def test_every_flower_route_asks_for_the_operator_token(tmp_path: Path) -> None:
 def test_workers_that_start_after_flower_are_listed_without_a_refresh(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
     try:
-        _, url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        _, url = stack.start_flower(["-m", "messaging.launch.flower"])
         good = ("operator", stack.operator_token)
         with httpx.Client(base_url=url, timeout=10, auth=good) as http:
             assert http.get("/api/workers").json() == {}

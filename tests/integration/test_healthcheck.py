@@ -12,7 +12,7 @@ from tests.stack import ROOT, Stack, free_port, make_stack, wait_until
 
 
 def _check(stack: Stack, name: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "messaging.runtime.healthcheck", name],
+    return subprocess.run([sys.executable, "-m", "messaging.launch.healthcheck", name],
                           cwd=ROOT, env={**stack.env, **env}, capture_output=True, text=True,
                           timeout=60)
 
@@ -33,11 +33,11 @@ def test_each_healthcheck_follows_its_process(tmp_path: Path) -> None:
 
         missing = _check(stack, "workers")
         assert missing.returncode == 1 and "no answer from inbox@" in missing.stderr
-        stack.spawn("workers", ["-m", "messaging.runtime.workerpool"])
+        stack.spawn("workers", ["-m", "messaging.launch.workerpool"])
         wait_until(lambda: _check(stack, "workers").returncode == 0, 60, 0.5,
                    what="the pool's workers")
 
-        _, url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        _, url = stack.start_flower(["-m", "messaging.launch.flower"])
         port = url.rsplit(":", 1)[1]
         assert _check(stack, "flower", COURIER_FLOWER_PORT=port).returncode == 0
         wrong = _check(stack, "flower", COURIER_FLOWER_PORT=port,

@@ -33,7 +33,7 @@ def _env(stack: Stack, data_dir: Path, **extra: str) -> dict[str, str]:
     [*COURIER, "run", "flower"],
     [*COURIER, "run", "beat"],
     [sys.executable, "-m", "uvicorn", "messaging.web.app:app", "--port", "0"],
-    [sys.executable, "-m", "messaging.runtime.flower", "--port=0"],
+    [sys.executable, "-m", "messaging.launch.flower", "--port=0"],
     [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "-s", "{data_dir}/schedule"],
 ], ids=["run api", "run flower", "run beat", "uvicorn as honcho runs it", "flower module",
         "beat as honcho runs it"])

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from messaging.client import CourierClient
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from tests.netns import HostedStore, Hosts, can_make_hosts, courier, serving
 from tests.stack import wait_until
 

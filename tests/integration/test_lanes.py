@@ -191,8 +191,8 @@ def test_courier_lane_command_moves_a_project(lanes: Stack):
 
 @pytest.fixture
 def flower(lanes: Stack) -> Iterator[tuple[str, tuple[str, str]]]:
-    """Courier's Flower (``messaging.runtime.flower``) on the stack; its URL and credentials."""
-    proc, url = lanes.start_flower(["-m", "messaging.runtime.flower"])
+    """Courier's Flower (``messaging.launch.flower``) on the stack; its URL and credentials."""
+    proc, url = lanes.start_flower(["-m", "messaging.launch.flower"])
     yield url, ("operator", lanes.operator_token)
     proc.stop()
 

@@ -97,12 +97,12 @@ def test_every_process_writes_one_json_object_per_line(tmp_path: Path) -> None:
                                     str(tmp_path / "schedule"), "--loglevel", "INFO"])
         api, api_url = stack.serve("api", ["-m", "messaging.web.serve", "messaging.web.app:app",
                                            "--host", "127.0.0.1", "--port", "{port}"], "/healthz")
-        flower, flower_url = stack.start_flower(["-m", "messaging.runtime.flower"])
+        flower, flower_url = stack.start_flower(["-m", "messaging.launch.flower"])
         assert httpx.get(f"{api_url}/v1/nothing-here", timeout=5).status_code == 404
         wait_until(lambda: "Sending due task" in beat.log.read_text(), what="beat's tick")
         store_env = {"COURIER_DATA_DIR": str(tmp_path / "own"), "COURIER_REDIS_URL": "",
                      "COURIER_EMBEDDED_PORT": str(free_port())}
-        store = stack.spawn("store", ["-m", "messaging.runtime.embedded"], store_env)
+        store = stack.spawn("store", ["-m", "messaging.launch.embedded"], store_env)
         wait_until(lambda: "log in" in store.log.read_text(), what="the store wrapper")
         for proc in (api, worker, beat, flower, store):
             proc.stop()

@@ -49,7 +49,7 @@ def test_the_sdist_carries_the_tests_and_the_license(tmp_path: Path):
     (sdist,) = dist.glob("*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    for wanted in ("LICENSE", "Procfile", "messaging/runtime/Procfile", "messaging/py.typed",
+    for wanted in ("LICENSE", "Procfile", "messaging/launch/Procfile", "messaging/py.typed",
                    "tests/stack.py", "tests/unit/test_cli.py", "docs/http-api.md"):
         assert wanted in names, f"{wanted} not in {sdist.name}"
 
@@ -63,7 +63,7 @@ def test_the_wheel_installs_clean_and_courier_up_answers_from_an_empty_directory
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         metadata = next(whl.read(n).decode() for n in names if n.endswith("/METADATA"))
-    assert {"messaging/py.typed", "messaging/runtime/Procfile"} <= names
+    assert {"messaging/py.typed", "messaging/launch/Procfile"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
     assert "License-Expression: MIT" in metadata
 

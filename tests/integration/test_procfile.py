@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from messaging.client import CourierClient
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from tests.stack import ROOT, free_port, wait_until
 
 # Its tests start processes of their own (stacks, API processes, `courier up`, the

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from tests.stack import ROOT, free_port
 
 # Its tests start processes of their own (stacks, API processes, `courier up`, the

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from messaging.client import CourierAPIError
 from messaging.config import physical_memory_bytes
-from messaging.runtime.embedded import wait_ready
+from messaging.launch.embedded import wait_ready
 from tests.stack import ROOT, Stack, free_port, make_stack, wait_until
 
 LIMIT = "8mb"
@@ -26,11 +26,11 @@ BODY = "x" * 200_000
 
 
 def run_store_module(data_dir: Path, **env: str) -> tuple[int, bytes]:
-    """Run ``python -m messaging.runtime.embedded`` until it serves; its maxmemory and output."""
+    """Run ``python -m messaging.launch.embedded`` until it serves; its maxmemory and output."""
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
     environ.update(COURIER_DATA_DIR=str(data_dir), COURIER_EMBEDDED_PORT=str(port), **env)
-    with subprocess.Popen([sys.executable, "-m", "messaging.runtime.embedded"], cwd=ROOT,
+    with subprocess.Popen([sys.executable, "-m", "messaging.launch.embedded"], cwd=ROOT,
                           env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         try:
             password = data_dir / "store-password"

@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from tests.stack import free_port

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from messaging.client import CourierAPIError, CourierClient
-from messaging.runtime.embedded import EmbeddedStore
+from messaging.launch.embedded import EmbeddedStore
 from messaging.store import keys
 from tests.plugins.echo import echo_installed
 from tests.receiver import Receiver

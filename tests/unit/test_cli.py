@@ -64,8 +64,8 @@ def test_an_operator_command_without_a_token_says_how_to_pass_one_and_writes_not
 def test_only_up_and_init_can_mint_an_operator_token() -> None:
     minting = {str(path.relative_to(ROOT)) for path in (ROOT / "messaging").rglob("*.py")
                if "resolve_operator_token(" in path.read_text()}
-    assert minting == {"messaging/config.py", "messaging/runtime/supervisor.py"}
-    supervisor = (ROOT / "messaging/runtime/supervisor.py").read_text()
+    assert minting == {"messaging/config.py", "messaging/launch/supervisor.py"}
+    supervisor = (ROOT / "messaging/launch/supervisor.py").read_text()
     callers = [block.split("(")[0] for block in supervisor.split("\ndef ")[1:]
                if "resolve_operator_token(" in block]
     assert callers == ["init_home", "_announce"]

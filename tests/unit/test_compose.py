@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from messaging.runtime import healthcheck, procfile
+from messaging.launch import healthcheck, procfile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,6 +157,6 @@ def test_every_service_has_a_healthcheck_of_its_own_process() -> None:
         if name == "store":
             continue
         (process,) = service["command"]
-        assert test == ["CMD", "python", "-m", "messaging.runtime.healthcheck", process]
+        assert test == ["CMD", "python", "-m", "messaging.launch.healthcheck", process]
         assert process in healthcheck.CHECKS
         assert service["healthcheck"]["interval"]

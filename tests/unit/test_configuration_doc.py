@@ -36,7 +36,7 @@ def test_every_cli_variable_has_help_and_the_cli_s_own_are_listed() -> None:
 def test_every_courier_variable_the_code_names_is_in_the_reference() -> None:
     named = set()
     for path in [*ROOT.glob("messaging/**/*.py"), *ROOT.glob("workers/**/*.py"),
-                 ROOT / "messaging" / "runtime" / "Procfile"]:
+                 ROOT / "messaging" / "launch" / "Procfile"]:
         named |= set(re.findall(r"\bCOURIER_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
     documented = set(re.findall(r"`(COURIER_[A-Z0-9_]+)`", DOC.read_text()))
     assert named - NOT_SETTINGS <= documented, sorted(named - NOT_SETTINGS - documented)

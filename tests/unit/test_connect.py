@@ -13,7 +13,7 @@ from redis.crc import key_slot
 
 from messaging import config
 from messaging.config import CLUSTER_NEEDS_BROKER, Settings, SettingsError
-from messaging.runtime.supervisor import run_up
+from messaging.launch.supervisor import run_up
 from messaging.store import keys
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -43,6 +43,12 @@ def test_the_layers_hold_on_this_tree() -> None:
         ("messaging/service/views.py", "import messaging.web.app", "layers point down"),
         ("messaging/transports/base.py", "import messaging.store.deliveries",
          "not the store's types"),
+        ("messaging/config.py", "import messaging.ids", "settings import nothing"),
+        ("messaging/service/views.py", "import messaging.launch.supervisor",
+         "layers point down"),
+        ("messaging/runtime/publish.py", "import messaging.service.sending",
+         "layers point down"),
+        ("messaging/web/app.py", "import messaging.launch.embedded", "layers point down"),
     ],
 )
 def test_an_import_against_a_layer_fails_the_check(

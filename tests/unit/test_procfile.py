@@ -10,8 +10,8 @@ import pytest
 
 from messaging import transports
 from messaging.config import Settings, get_settings
-from messaging.runtime import procfile, workerpool
-from messaging.runtime.supervisor import child_env, process_table
+from messaging.launch import procfile, workerpool
+from messaging.launch.supervisor import child_env, process_table
 from messaging.transports import policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from messaging.config import Settings
-from messaging.runtime import workerpool
+from messaging.launch import workerpool
 from messaging.transports import policy
 from messaging.transports.policy import DEFAULT, Policy
 

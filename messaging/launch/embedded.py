@@ -31,7 +31,7 @@ server. On Linux the child is scheduled only when the CPU would otherwise be
 idle (``SCHED_IDLE``; its log line names it, ``/proc`` says it is the server's
 child): a rewrite takes longer on a busy machine, the server keeps its pace.
 
-``python -m messaging.runtime.embedded`` runs the store from the settings until
+``python -m messaging.launch.embedded`` runs the store from the settings until
 SIGINT or SIGTERM (the Procfile's ``store`` process). With ``COURIER_REDIS_URL``
 set there is none to run: it then waits idle for the signal, so that a Procfile
 runner (honcho stops everything when one process exits) keeps the rest up.

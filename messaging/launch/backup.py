@@ -380,7 +380,7 @@ def load_into_data_dir(snapshot: Path, data_dir: Path) -> None:
     The embedded store reads its append-only file only; a server started once on
     the snapshot turns it into one, then stops.
     """
-    from messaging.runtime.embedded import STORE_SUBDIR
+    from messaging.launch.embedded import STORE_SUBDIR
 
     store_dir = data_dir / STORE_SUBDIR
     with _snapshot_server(snapshot, store_dir) as client:

@@ -1,6 +1,6 @@
 """The delivery workers: one Celery worker per installed transport, never listed by hand.
 
-``python -m messaging.runtime.workerpool`` (the Procfile's ``workers``) starts
+``python -m messaging.launch.workerpool`` (the Procfile's ``workers``) starts
 one worker per transport installed under ``courier.transports``, built-in or
 a plug-in distribution, and supervises them: output prefixed per worker,
 SIGINT/SIGTERM passed on as a warm shutdown, and when one worker dies the
@@ -110,8 +110,8 @@ def run(lane: str = "") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m messaging.runtime.workerpool [--lane NAME]``."""
-    parser = argparse.ArgumentParser(prog="python -m messaging.runtime.workerpool",
+    """``python -m messaging.launch.workerpool [--lane NAME]``."""
+    parser = argparse.ArgumentParser(prog="python -m messaging.launch.workerpool",
                                      description="One Celery worker per installed transport.")
     parser.add_argument("--lane", default="", help="serve this lane's queues only")
     args = parser.parse_args(argv)

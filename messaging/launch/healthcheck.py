@@ -1,4 +1,4 @@
-"""``python -m messaging.runtime.healthcheck NAME``: exit 0 when this machine's process
+"""``python -m messaging.launch.healthcheck NAME``: exit 0 when this machine's process
 NAME answers, 1 (with the reason on stderr) when it does not.
 
 For container healthchecks (docker-compose.yml), one per Procfile process:
@@ -23,8 +23,8 @@ import httpx
 from celery import Celery
 
 from messaging.config import Settings, get_settings
+from messaging.launch.flower import USER
 from messaging.runtime.celeryconf import celery_config, transport_kinds
-from messaging.runtime.flower import USER
 
 TIMEOUT_S = 5.0
 # Beat writes its schedule at least every three minutes (Celery's sync interval).
@@ -90,7 +90,7 @@ CHECKS: dict[str, Callable[[Settings], None]] = {
 def main(argv: list[str]) -> int:
     """Run the check named in ``argv``."""
     if len(argv) != 1 or argv[0] not in CHECKS:
-        print(f"usage: python -m messaging.runtime.healthcheck {{{','.join(CHECKS)}}}",
+        print(f"usage: python -m messaging.launch.healthcheck {{{','.join(CHECKS)}}}",
               file=sys.stderr)
         return 2
     try:

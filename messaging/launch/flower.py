@@ -1,4 +1,4 @@
-"""Flower behind the operator token: ``python -m messaging.runtime.flower [flower options]``.
+"""Flower behind the operator token: ``python -m messaging.launch.flower [flower options]``.
 
 Every route, its pages, its HTTP API, ``/metrics``, ``/healthcheck`` and its
 static files included, asks for HTTP basic auth, user ``operator``, password

@@ -22,14 +22,15 @@ from pathlib import Path
 import redis
 
 from messaging.config import Settings, SettingsError, StoreUrlError
-from messaging.runtime import children, logs, procfile, workerpool
-from messaging.runtime.children import Child, Output
-from messaging.runtime.embedded import (
+from messaging.launch import procfile, workerpool
+from messaging.launch.embedded import (
     EmbeddedStoreError,
     StoreAuthError,
     server_binary,
     wait_ready,
 )
+from messaging.runtime import children, logs
+from messaging.runtime.children import Child, Output
 from messaging.store.connect import redacted
 from messaging.store.deliveries import DeliveryStore
 
