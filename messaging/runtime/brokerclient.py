@@ -40,13 +40,13 @@ class Channel(kombu_redis.Channel):
         yield kept
 
 
-class Transport(kombu_redis.Transport):
+class SharedClientTransport(kombu_redis.Transport):
     """kombu's Redis transport with ``Channel``."""
 
     Channel = Channel
 
 
-TRANSPORT = f"{__name__}:Transport"
+TRANSPORT = f"{__name__}:SharedClientTransport"
 
 
 def transport_for(broker_url: str) -> str | None:

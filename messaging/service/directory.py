@@ -8,7 +8,7 @@ from messaging.errors import CourierError, invalid, not_found
 from messaging.models import HUMAN, AgentIn, PresenceIn, ProjectIn
 from messaging.service.caller import Caller
 from messaging.service.human import ensure_human
-from messaging.service.sending import Dispatcher
+from messaging.service.sending import DeliveryPublisher
 from messaging.service.views import agent_row
 from messaging.store.store import Store
 from messaging.timefmt import now_us
@@ -66,7 +66,7 @@ async def _parent(store: Store, project_id: str, parent_id: str | None) -> Json 
 
 async def register_agent(
     store: Store, settings: Settings, caller: Caller, project_id: str, body: AgentIn,
-    dispatcher: Dispatcher | None = None,
+    dispatcher: DeliveryPublisher | None = None,
 ) -> Json:
     """Register an agent (a name may be registered again: latest wins).
 
@@ -116,7 +116,8 @@ async def register_agent(
 
 
 async def _bind_waiting(
-    store: Store, settings: Settings, project_id: str, name: str, dispatcher: Dispatcher | None
+    store: Store, settings: Settings, project_id: str, name: str,
+    dispatcher: DeliveryPublisher | None,
 ) -> None:
     """Bind the mail waiting for a name that an agent just took, and publish it."""
     if not await store.names.is_authorized(project_id, name):
@@ -175,7 +176,7 @@ async def rotate_token(store: Store, caller: Caller, project_id: str, agent_id: 
 
 async def set_presence(
     store: Store, settings: Settings, caller: Caller, body: PresenceIn,
-    dispatcher: Dispatcher | None = None,
+    dispatcher: DeliveryPublisher | None = None,
 ) -> Json:
     """Record what the agent's host says of it; moves its activity forward.
 

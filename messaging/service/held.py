@@ -7,7 +7,7 @@ from messaging.config import Settings
 from messaging.errors import CourierError, not_found
 from messaging.service.caller import Caller
 from messaging.service.directory import require_project
-from messaging.service.sending import Dispatcher
+from messaging.service.sending import DeliveryPublisher
 from messaging.service.views import delivery_view, message_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us
@@ -29,7 +29,7 @@ async def list_held(store: Store, caller: Caller, project_id: str) -> Json:
     return {"deliveries": rows}
 
 
-async def settle(store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+async def settle(store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller,
                  delivery_id: str, mode: str) -> Json:
     """Release a held delivery (dispatched as usual) or decline it (``rejected``).
 

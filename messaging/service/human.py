@@ -40,8 +40,8 @@ async def ensure_human(store: Store, project_id: str) -> None:
     await store.add_agent_record(project_id, human_record(project_id, now_us()))
 
 
-async def send_as_human(store: Store, settings: Settings, dispatcher: sending.Dispatcher,
-                        caller: Caller, project_id: str, body: SendIn) -> sending.Sent:
+async def send_as_human(store: Store, settings: Settings, dispatcher: sending.DeliveryPublisher,
+                        caller: Caller, project_id: str, body: SendIn) -> sending.SendAnswer:
     """Send as ``human`` with the project token; always ``wake``.
 
     Raises:

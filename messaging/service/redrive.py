@@ -7,7 +7,7 @@ from typing import Any
 from messaging import ids
 from messaging.errors import CourierError, not_found
 from messaging.service.caller import Caller
-from messaging.service.sending import Dispatcher
+from messaging.service.sending import DeliveryPublisher
 from messaging.service.views import delivery_view
 from messaging.store.store import Store
 from messaging.timefmt import now_us
@@ -21,7 +21,7 @@ REFUSALS = {
 }
 
 
-async def redrive(store: Store, dispatcher: Dispatcher, caller: Caller,
+async def redrive(store: Store, dispatcher: DeliveryPublisher, caller: Caller,
                   delivery_id: str) -> dict[str, Any]:
     """Queue a new attempt of a delivery whose outcome is not `accepted`.
 

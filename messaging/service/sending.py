@@ -81,7 +81,7 @@ ADMISSIONS = Counter("courier_admissions", "Sends and replies answered by the se
                      "by outcome (admitted, replayed) or error code", ["outcome"])
 
 
-class Dispatcher(Protocol):
+class DeliveryPublisher(Protocol):
     """Where admitted deliveries go to be published."""
 
     @property
@@ -106,7 +106,7 @@ class Dispatcher(Protocol):
         ...
 
 
-async def dispatch_warning(dispatcher: Dispatcher,
+async def dispatch_warning(dispatcher: DeliveryPublisher,
                            published: list[asyncio.Future[bool]]) -> str | None:
     """What an answer must say of publishing these deliveries.
 
@@ -126,14 +126,14 @@ async def dispatch_warning(dispatcher: Dispatcher,
 
 
 @dataclass
-class Sent:
+class SendAnswer:
     """The answer to a send: the HTTP status and the body."""
 
     status: int
     body: Json
 
 
-async def _counted(admission: Awaitable[Sent]) -> Sent:
+async def _counted(admission: Awaitable[SendAnswer]) -> SendAnswer:
     """The answer of one send or reply, counted in ``ADMISSIONS`` by outcome (a
     request its rate bucket refused is no admission: not counted)."""
     try:
@@ -266,9 +266,9 @@ class BucketEmpty(Exception):
 
 
 async def send(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller, body: SendIn,
     rate: RateCharge | None = None,
-) -> Sent:
+) -> SendAnswer:
     """Admit a message: all recipients or nothing; publish its deliveries; counted.
 
     ``rate``: a request the caller still owes to its token's rate bucket, spent
@@ -283,9 +283,9 @@ async def send(
 
 
 async def _admit(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller, body: SendIn,
     operation: str = "send", in_reply_to: str | None = None, rate: RateCharge | None = None,
-) -> Sent:
+) -> SendAnswer:
     try:
         request = await _request(store, settings, dispatcher, caller, body, operation,
                                  in_reply_to)
@@ -304,13 +304,13 @@ async def _admit(
                    "policy": admission.answer["policy"],
                    "observations": admission.observations}
         warning = await dispatch_warning(dispatcher, published)
-        return Sent(201, _answer(written, replay=False, dispatch=warning))
+        return SendAnswer(201, _answer(written, replay=False, dispatch=warning))
     if admission.status == "replay":
         stored = await store.get_message(project_id, admission.answer["message_id"])
         if stored is None:
             raise not_found("message")
         stored["observations"] = admission.observations
-        return Sent(200, _answer(stored, replay=True, dispatch=None))
+        return SendAnswer(200, _answer(stored, replay=True, dispatch=None))
     if admission.status == "rate_limited" and rate is not None:
         raise BucketEmpty(rate.bucket, admission.rate_wait_us)
     raise await _rejection(store, project_id, admission)
@@ -330,7 +330,7 @@ async def _spend(store: Store, rate: RateCharge | None) -> None:
 
 
 async def _request(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SendIn,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller, body: SendIn,
     operation: str, in_reply_to: str | None,
 ) -> AdmitRequest:
     """Check a send and put it as the admission script takes it.
@@ -384,7 +384,7 @@ async def _request(
     )
 
 
-def _hand_over(dispatcher: Dispatcher, project_id: str,
+def _hand_over(dispatcher: DeliveryPublisher, project_id: str,
                answer: Json) -> list[asyncio.Future[bool]]:
     """Hand an admitted send's deliveries to the publisher: those admission made
     ready per transport, any other pinned one (not held) by itself."""
@@ -462,9 +462,9 @@ async def _rejection(store: Store, project_id: str, admission: Admission) -> Cou
 
 
 async def reply(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller,
     message_id: str, body: ReplyIn,
-) -> Sent:
+) -> SendAnswer:
     """Reply to a message: same thread, ``Re:`` subject, to the original sender; counted.
 
     Raises:
@@ -474,9 +474,9 @@ async def reply(
 
 
 async def _reply(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller,
     message_id: str, body: ReplyIn,
-) -> Sent:
+) -> SendAnswer:
     project_id, agent_id = caller.require_agent()
     record = await store.get_message(project_id, message_id) if ids.project_of(
         message_id) == project_id else None

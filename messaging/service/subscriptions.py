@@ -32,7 +32,7 @@ from messaging.models import (
     SubscriptionMessageIn,
 )
 from messaging.service.caller import Caller
-from messaging.service.sending import REASON_CODES, Dispatcher, Sent, send
+from messaging.service.sending import REASON_CODES, DeliveryPublisher, SendAnswer, send
 from messaging.service.views import label
 from messaging.store.connect import SyncClient
 from messaging.store.live import expire_subscriptions
@@ -120,9 +120,9 @@ def view(sub: Json) -> Json:
 
 
 async def _send_first(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller,
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller,
     message: SubscriptionMessageIn, target: str,
-) -> Sent:
+) -> SendAnswer:
     """Send the subscription's message to its target now."""
     fields = message.model_dump(mode="json", exclude_unset=True)
     try:
@@ -141,8 +141,9 @@ def _textless(message: SubscriptionMessageIn | None) -> bool:
 
 
 async def subscribe(
-    store: Store, settings: Settings, dispatcher: Dispatcher, caller: Caller, body: SubscriptionIn
-) -> Sent:
+    store: Store, settings: Settings, dispatcher: DeliveryPublisher, caller: Caller,
+    body: SubscriptionIn,
+) -> SendAnswer:
     """Subscribe to the target's next idle or exit; 201 with the subscription.
 
     With a message, the message is sent first (all of Sending's rules apply)
@@ -210,7 +211,7 @@ async def subscribe(
     if stored is None:
         raise not_found("subscription")
     out = {**view(stored), "message": sent.body if sent else None}
-    return Sent(200 if answer["status"] == "exists" else 201, out)
+    return SendAnswer(200 if answer["status"] == "exists" else 201, out)
 
 
 def expire_due_sync(redis_client: SyncClient, project_id: str, now_ms: int) -> int:

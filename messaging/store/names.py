@@ -3,7 +3,7 @@
 A send to an authorized name no agent has registered waits in the name's
 waiting set (``admit_message.lua``). The name's first registration binds them
 (``bind_name.lua``, by the rules of admission); its expiry (the sweeper) or
-deletion ends them ``failed`` (``end_name.lua``). The API uses ``Names``
+deletion ends them ``failed`` (``end_name.lua``). The API uses ``NameRecords``
 (asyncio); the sweeper uses ``expire_names`` (synchronous).
 """
 
@@ -75,7 +75,7 @@ def _bound(out: list[Any]) -> list[Bound]:
     return [Bound(str(out[i]), str(out[i + 1])) for i in range(1, len(out), 2)]
 
 
-class Names:
+class NameRecords:
     """Authorized names on one asyncio client."""
 
     def __init__(self, client: connect.AsyncClient) -> None:

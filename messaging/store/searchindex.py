@@ -213,7 +213,7 @@ def unindex_messages(client: SyncClient, prune_words: Any, project_id: str,
 
 
 @dataclass(frozen=True)
-class SearchPage:
+class IndexPage:
     """Message ids of one page, newest first, and where the next page starts."""
 
     message_ids: list[str]
@@ -239,11 +239,11 @@ class SearchIndex:
         return [[str(t) for t in next(found)] if w.prefix else [w.text] for w in words]
 
     async def page(self, project_id: str, viewer: str, groups: list[list[str]],
-                   hi: str, lo: str, limit: int) -> SearchPage:
+                   hi: str, lo: str, limit: int) -> IndexPage:
         """One page of the messages the viewer may see found in every group of terms
         (newest first)."""
         if any(not g for g in groups):
-            return SearchPage([], None)  # a prefix that no indexed word starts
+            return IndexPage([], None)  # a prefix that no indexed word starts
         found_in = [[keys.search_postings(project_id, t) for t in g] for g in groups]
         if viewer != PROJECT_VIEWER:
             found_in.append([keys.search_seen(project_id, viewer)])
@@ -255,4 +255,4 @@ class SearchIndex:
         answer = json.loads(await self.scripts["search_page"](keys=postings,
                                                            args=[json.dumps(args)]))
         found = answer["ids"] if isinstance(answer["ids"], list) else []  # cjson: {} is []
-        return SearchPage([str(m) for m in found], answer["next"] or None)
+        return IndexPage([str(m) for m in found], answer["next"] or None)

@@ -17,7 +17,7 @@ from messaging.store.deliveries import joining_turns
 from messaging.store.durability import Durability
 from messaging.store.facts import Lru, identity
 from messaging.store.live import Live
-from messaging.store.names import Names
+from messaging.store.names import NameRecords
 from messaging.store.schema import AgentField, DeliveryField, MessageField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
@@ -56,7 +56,7 @@ class Store:
         self.identities: Lru[tuple[str, str], Json] = Lru()
         self.live = Live(client)
         self.search = SearchIndex(client, self.scripts)
-        self.names = Names(client)
+        self.names = NameRecords(client)
 
     @classmethod
     def from_url(cls, url: str, durability: Durability | None = None) -> Store:

@@ -65,7 +65,7 @@ C = TypeVar("C", bound=Connection)
 
 
 @dataclass
-class Held(Generic[C]):
+class Holding(Generic[C]):
     """One client's connections in one process (in each dict the first is the oldest)."""
 
     fresh: dict[C, None] = field(default_factory=dict)
@@ -93,7 +93,7 @@ class Holdings(Generic[C]):
 
     def __init__(self, max_held: int = 0, max_pending: int = 0) -> None:
         self.max_held, self.max_pending = max_held, max_pending
-        self.clients: dict[str, Held[C]] = {}
+        self.clients: dict[str, Holding[C]] = {}
         self.where: dict[C, tuple[str, State]] = {}
 
     def opened(self, conn: C, client: str) -> None:
@@ -137,12 +137,12 @@ class Holdings(Generic[C]):
         if conn in self.where:
             self._take(conn)
 
-    def held(self, client: str) -> Held[C] | None:
+    def held(self, client: str) -> Holding[C] | None:
         """What a client holds, if anything."""
         return self.clients.get(client)
 
     def _put(self, conn: C, client: str, state: State) -> None:
-        held = self.clients.setdefault(client, Held())
+        held = self.clients.setdefault(client, Holding())
         self.where[conn] = (client, state)
         if state is State.ACTIVE:
             held.active += 1

@@ -41,7 +41,7 @@ from messaging.types import Json
 from messaging.web.bodylimit import request_cap
 from messaging.web.guard import auth_of
 from messaging.web.mcp_direct import DirectToolCalls
-from messaging.web.mcp_tools import CALLER_SCOPE_KEY, TOOLS, Services, unknown_tool
+from messaging.web.mcp_tools import CALLER_SCOPE_KEY, TOOLS, ToolServices, unknown_tool
 
 MCP_PATH = "/mcp"
 # How often an open MCP stream checks that its agent's token still admits it.
@@ -74,7 +74,7 @@ class BearerAgent:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        svc: Services = scope["app"].state.services
+        svc: ToolServices = scope["app"].state.services
         try:
             caller = await svc.gate.caller(auth_of(scope))
             project_id, agent_id = caller.require_agent()

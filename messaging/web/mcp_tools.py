@@ -58,7 +58,7 @@ SHORT_SUBJECT_MAX = 80
 TOOL_NAME_SHOWN_MAX = 64  # of an unknown tool's name, in its error's message
 
 
-class Services(Protocol):
+class ToolServices(Protocol):
     """What the tools need from the API process (``messaging.web.deps.Services``)."""
 
     settings: Settings
@@ -67,9 +67,9 @@ class Services(Protocol):
     gate: Gate
 
 
-Call = Callable[[Services, Caller], Awaitable[Json]]
+Call = Callable[[ToolServices, Caller], Awaitable[Json]]
 # What a tool runs: its arguments come checked, as its model.
-ToolRun = Callable[[Services, Caller, Any], Awaitable[Json]]
+ToolRun = Callable[[ToolServices, Caller, Any], Awaitable[Json]]
 
 
 def tool_result(body: Json, *, error: bool = False) -> Json:
@@ -107,7 +107,7 @@ async def run_tool(scope: Scope, call: Call) -> Json:
     """Run one service call as the request's agent (``scope`` is the HTTP request's): the
     tool result of its JSON, or of its error as a tool error."""
     caller: Caller = scope[CALLER_SCOPE_KEY]
-    svc: Services = scope["app"].state.services
+    svc: ToolServices = scope["app"].state.services
     try:
         return tool_result(await call(svc, caller))
     except ValidationError as exc:
@@ -264,7 +264,7 @@ def _tool(name: str, description: str) -> Callable[[ToolRun], ToolRun]:
 
 
 @_tool("send_message", SEND_MESSAGE_HELP)
-async def _send_message(svc: Services, who: Caller, args: SendIn) -> Json:
+async def _send_message(svc: ToolServices, who: Caller, args: SendIn) -> Json:
     return (await sending.send(svc.store, svc.settings, svc.publisher, who, args)).body
 
 
@@ -273,7 +273,7 @@ async def _send_message(svc: Services, who: Caller, args: SendIn) -> Json:
     "subject Re: ..., addressed to its sender; body_md required, importance and "
     "ack_required inherited unless given. Reply only when the reply helps: no thanks or "
     "courtesy acknowledgements. " + SENDING_GUIDANCE))
-async def _reply_message(svc: Services, who: Caller, args: ReplyArgs) -> Json:
+async def _reply_message(svc: ToolServices, who: Caller, args: ReplyArgs) -> Json:
     body = ReplyIn.model_validate_json(args.model_dump_json(exclude={"message_id"},
                                                            exclude_unset=True))
     return (await sending.reply(svc.store, svc.settings, svc.publisher, who, args.message_id,
@@ -283,7 +283,7 @@ async def _reply_message(svc: Services, who: Caller, args: ReplyArgs) -> Json:
 @_tool("fetch_inbox", (
     "Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the next_cursor of the "
     "last call back as cursor to get only what arrived since."))
-async def _fetch_inbox(svc: Services, who: Caller, args: InboxQuery) -> Json:
+async def _fetch_inbox(svc: ToolServices, who: Caller, args: InboxQuery) -> Json:
     return await reading.inbox(svc.store, who, args)
 
 
@@ -291,19 +291,19 @@ async def _fetch_inbox(svc: Services, who: Caller, args: InboxQuery) -> Json:
     "Search what you sent or received, newest first (GET /v1/agents/me/search): every "
     "word of q in subject or body, `auth*` for a prefix; filter by topic, sender (from), "
     "since and until (RFC 3339). Pass next_cursor back as cursor for more."))
-async def _search_messages(svc: Services, who: Caller, args: SearchQuery) -> Json:
+async def _search_messages(svc: ToolServices, who: Caller, args: SearchQuery) -> Json:
     return await search.search(svc.store, who, args)
 
 
 @_tool("mark_read", "Mark a message you received read.")
-async def _mark_read(svc: Services, who: Caller, args: MessageArgs) -> Json:
+async def _mark_read(svc: ToolServices, who: Caller, args: MessageArgs) -> Json:
     return await reading.mark(svc.store, svc.settings, who, args.message_id, "read")
 
 
 @_tool("acknowledge_message", (
     "Acknowledge a message you received that asks for it (ack_required); also marks it "
     "read."))
-async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) -> Json:
+async def _acknowledge_message(svc: ToolServices, who: Caller, args: MessageArgs) -> Json:
     return await reading.mark(svc.store, svc.settings, who, args.message_id, "ack")
 
 
@@ -311,7 +311,7 @@ async def _acknowledge_message(svc: Services, who: Caller, args: MessageArgs) ->
     "The agents of your project, each with its `Name [ref]` label, status and presence. "
     "Do not poll it to learn when an agent is done: use notify_when_idle or "
     "subscribe_idle."))
-async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
+async def _list_agents(svc: ToolServices, who: Caller, args: ProjectArgs) -> Json:
     return await directory.list_agents(svc.store, who, args.project_id or who.project_id or "")
 
 
@@ -319,7 +319,7 @@ async def _list_agents(svc: Services, who: Caller, args: ProjectArgs) -> Json:
     "What happened to one delivery of your mail, stage by stage (admitted, target "
     "selected, dispatch started, provider result, observed). An outcome of unknown is "
     "uncertainty, not failure: do not resend because of it."))
-async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
+async def _get_delivery(svc: ToolServices, who: Caller, args: DeliveryArgs) -> Json:
     return await reading.get_delivery(svc.store, svc.settings, who, args.delivery_id)
 
 
@@ -328,13 +328,13 @@ async def _get_delivery(svc: Services, who: Caller, args: DeliveryArgs) -> Json:
     "runs out (POST /v1/subscriptions); from your main conversation only. With message "
     "(send fields without to), the message goes to the target now and the notice waits "
     "for its next idle or exit. The answer's notice_to says who will see the notice."))
-async def _subscribe_idle(svc: Services, who: Caller, args: SubscriptionIn) -> Json:
+async def _subscribe_idle(svc: ToolServices, who: Caller, args: SubscriptionIn) -> Json:
     return (await subscriptions.subscribe(svc.store, svc.settings, svc.publisher, who,
                                           args)).body
 
 
 @_tool("send", SEND_HELP)
-async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
+async def _send(svc: ToolServices, who: Caller, args: ShortSendArgs) -> Json:
     text = args.message if args.message and args.message.strip() else None
     if text is None and not args.notify_when_idle:
         raise invalid("message", "required unless notify_when_idle is true")
@@ -353,7 +353,7 @@ async def _send(svc: Services, who: Caller, args: ShortSendArgs) -> Json:
 @_tool("set_presence", (
     "Tell Courier whether you are busy, idle, exited or source_lost "
     "(PUT /v1/agents/me/presence); going idle sends the idle notices others wait for."))
-async def _set_presence(svc: Services, who: Caller, args: PresenceIn) -> Json:
+async def _set_presence(svc: ToolServices, who: Caller, args: PresenceIn) -> Json:
     return await directory.set_presence(svc.store, svc.settings, who, args, svc.publisher)
 
 
