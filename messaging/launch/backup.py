@@ -44,7 +44,7 @@ import redis
 
 from messaging import __version__
 from messaging.config import OPERATOR_TOKEN_FILE, STORE_PASSWORD_FILE, Settings, is_cluster
-from messaging.store import connect, version
+from messaging.store import copying, version
 
 FORMAT = 1
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
@@ -62,7 +62,6 @@ ARCHIVE_COPY_ATTEMPTS = 5
 ARCHIVE_RETRY_S = 0.2
 LOAD_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.05
-COPY_BATCH = 500
 
 
 class BackupError(RuntimeError):
@@ -321,11 +320,7 @@ def _restore_from(settings: Settings, src: Path) -> dict[str, Any]:
 
 
 def _require_empty_store(url: str) -> None:
-    client = connect.sync_client(url)
-    try:
-        found = client.dbsize()
-    finally:
-        client.close()
+    found = copying.key_count(url)
     if found:
         raise BackupError(f"the store at COURIER_REDIS_URL holds {found} keys: a restore only"
                           " fills an empty store")
@@ -402,36 +397,8 @@ def load_into_data_dir(snapshot: Path, data_dir: Path) -> None:
 def copy_into_store(snapshot: Path, url: str) -> int:
     """Copy every key of ``snapshot`` (with its time to live) into the store at ``url``;
     how many."""
-    target = connect.sync_client(url, decode_responses=False)
     db = int(urlsplit(url).path.strip("/") or 0)  # the snapshot holds every database
-    copied = 0
     with tempfile.TemporaryDirectory(prefix="courier-restore-") as tmp, \
             _snapshot_server(snapshot, Path(tmp), db) as source:
-        try:
-            for batch in _batches(source.scan_iter(count=COPY_BATCH)):
-                read = source.pipeline(transaction=False)
-                for key in batch:
-                    read.dump(key)
-                    read.pttl(key)
-                found = read.execute()
-                write = target.pipeline(transaction=False)
-                for key, dumped, ttl_ms in zip(batch, found[::2], found[1::2], strict=True):
-                    if dumped is not None:
-                        write.restore(key, max(ttl_ms, 0), dumped)
-                        copied += 1
-                write.execute()
-        finally:
-            target.close()
-    return copied
-
-
-def _batches(keys: Iterator[Any]) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for key in keys:
-        batch.append(key)
-        if len(batch) == COPY_BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+        return copying.copy_keys(source, url)
 

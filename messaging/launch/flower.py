@@ -65,9 +65,8 @@ def lane_aware(flowers: Callable[[Any], list[str]],
         known = set(flowers(handler))
         try:
             if not stores:
-                stores.append(DeliveryStore(connect.sync_client(
-                    settings.store_url, socket_timeout=STORE_TIMEOUT_S,
-                    socket_connect_timeout=STORE_TIMEOUT_S)))
+                stores.append(DeliveryStore.from_url(settings.store_url,
+                                                     timeout_s=STORE_TIMEOUT_S))
             known.update(courier_queues(stores[0].lanes()))
         except connect.STORE_DOWN as exc:
             log.warning("lane queues not listed: the store does not answer (%s)", exc)

@@ -127,7 +127,7 @@ def run_lane(settings: Settings, lane: str) -> int:
     try:
         known = store.lanes()
     finally:
-        store.client.close()
+        store.close()
     if lane not in known:
         out.line(SUPERVISOR_NAME, f"no project is on lane {lane} yet (lanes: "
                                   f"{', '.join(known) or 'none'}); its workers wait for one")

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from messaging.store import connect, version
+from messaging.store import version
 from messaging.store.connect import STORE_DOWN
 
 RETRY_INTERVAL_S = 1.0
@@ -30,12 +30,8 @@ def check_once(url: str) -> int | None:
     Raises:
         DataVersionError: the store's data is newer than this code knows.
     """
-    client = connect.sync_client(url, socket_timeout=PROBE_TIMEOUT_S,
-                                 socket_connect_timeout=PROBE_TIMEOUT_S)
-    try:
-        return version.ensure_current(client)
-    finally:
-        client.close()
+    return version.ensure_current_at(url, socket_timeout=PROBE_TIMEOUT_S,
+                                     socket_connect_timeout=PROBE_TIMEOUT_S)
 
 
 def refusal(process: str, exc: version.DataVersionError, starting: bool = True) -> str:

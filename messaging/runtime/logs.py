@@ -254,12 +254,7 @@ def probe(settings: Settings) -> Callable[[], None]:
     """A check that raises unless the store and the broker answer."""
 
     def check() -> None:
-        client = connect.sync_client(settings.store_url, socket_timeout=PROBE_TIMEOUT_S,
-                                     socket_connect_timeout=PROBE_TIMEOUT_S)
-        try:
-            client.ping()
-        finally:
-            client.close()
+        connect.ping(settings.store_url, PROBE_TIMEOUT_S)
         broker = settings.broker_url
         if broker and broker != settings.store_url:
             # kombu ships no type for its connection's constructor.

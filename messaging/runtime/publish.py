@@ -289,7 +289,7 @@ class Publisher:
         """Release broker and store connections."""
         self.app.close()
         if self._store is not None:
-            self._store.client.close()
+            self._store.close()
 
 
 class BatchPublisher:

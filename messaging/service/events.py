@@ -38,7 +38,6 @@ from sse_starlette import ServerSentEvent
 from messaging.errors import CourierError, invalid
 from messaging.service import reading
 from messaging.service.caller import Caller
-from messaging.store import keys
 from messaging.store.connect import STORE_DOWN
 from messaging.store.facts import Lru
 from messaging.store.live import parse_stream_id, stream_id
@@ -215,7 +214,7 @@ class Hub:
                     positions[one.agent_id] = one.after
             try:
                 found = await self.store.live.read_events(
-                    project_id, positions, READ_COUNT, READ_BLOCK_MS, self.store.waits)
+                    project_id, positions, READ_COUNT, READ_BLOCK_MS)
             except STORE_DOWN + (redis.exceptions.RedisError,):
                 await asyncio.sleep(READ_RETRY_S)  # the store is away: wait, then read again
                 continue
@@ -243,8 +242,7 @@ async def claim(store: Store, caller: Caller, stream: str) -> None:
 
 async def live_token(store: Store, project_id: str, agent_id: str) -> str | None:
     """The hash of the agent's live token: rotating changes it, retiring or closing drops it."""
-    found = await store.client.get(keys.agent_token(project_id, agent_id))
-    return str(found) if found else None
+    return await store.live_token(project_id, agent_id)
 
 
 def _batch(listener: Listener, first: tuple[str, Json]) -> list[tuple[str, Json]]:

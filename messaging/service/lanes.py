@@ -8,7 +8,6 @@ from collections.abc import Callable
 from messaging import transports
 from messaging.errors import CourierError, not_found
 from messaging.service.caller import Caller, CallerKind
-from messaging.store import keys
 from messaging.store.store import Store
 from messaging.timefmt import rfc3339
 from messaging.types import Json
@@ -20,11 +19,8 @@ LaneMover = Callable[[str, str], dict[str, int]]
 
 async def backlog(store: Store, project_id: str) -> dict[str, int]:
     """Deliveries waiting for a worker's turn at the project, per transport."""
-    kinds = list(transports.installed())
-    pipe = store.client.pipeline(transaction=False)
-    for kind in kinds:
-        pipe.zcard(keys.ready(project_id, kind))
-    return {kind: int(n) for kind, n in zip(kinds, await pipe.execute(), strict=True)}
+    counts = await store.ready_counts(list(transports.installed()), [project_id])
+    return counts[project_id]
 
 
 async def project_view(store: Store, caller: Caller, project_id: str) -> Json:

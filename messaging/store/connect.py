@@ -74,6 +74,20 @@ def redacted(url: str) -> str:
     return f"{scheme}://{user}:***@{location}" if user else f"{scheme}://***@{location}"
 
 
+def ping(url: str, timeout_s: float) -> None:
+    """Return once the store at ``url`` answers PING, on a connection of its own.
+
+    Raises:
+        redis.RedisError: it did not answer within ``timeout_s``, or refused.
+    """
+    # A cluster client connects as it is made.
+    client = sync_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 def sync_client(url: str, **options: Any) -> SyncClient:
     """A synchronous client of the store at ``url`` (workers, sweeper, tools)."""
     settings = {**STORE_OPTIONS, **options}

@@ -128,9 +128,17 @@ class DeliveryStore:
         self.waits = self.durability.waits and not hasattr(client, "get_node_from_key")
 
     @classmethod
-    def from_url(cls, url: str, durability: Durability | None = None) -> DeliveryStore:
-        """A store on new connections to ``url`` (one server or a cluster)."""
-        return cls(connect.sync_client(url), durability)
+    def from_url(cls, url: str, durability: Durability | None = None,
+                 timeout_s: float | None = None) -> DeliveryStore:
+        """A store on new connections to ``url`` (one server or a cluster); ``timeout_s``:
+        how long a connection or a reply may take (the client's default: None)."""
+        options = {} if timeout_s is None else {"socket_timeout": timeout_s,
+                                               "socket_connect_timeout": timeout_s}
+        return cls(connect.sync_client(url, **options), durability)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.client.close()
 
     def _record(self, name: str, script_keys: list[str], args: list[str]) -> Any:
         """Run the recording script ``name``, at the store's durability."""

@@ -64,8 +64,11 @@ def _shared_args(now_us: int, due_ms: int) -> list[str]:
 class Live:
     """Presence, subscriptions and event streams on one asyncio client."""
 
-    def __init__(self, client: connect.AsyncClient) -> None:
+    def __init__(self, client: connect.AsyncClient,
+                 waits: connect.AsyncClient | None = None) -> None:
         self.client = client
+        # Blocking reads wait on connections of their own, never the API's.
+        self.waits = waits or client
         self.scripts = scripts_for(client)
 
     # subscriptions
@@ -140,14 +143,13 @@ class Live:
 
     async def read_events(
         self, project_id: str, positions: dict[str, str], count: int, block_ms: int | None,
-        client: connect.AsyncClient | None = None,
     ) -> dict[str, list[tuple[str, Json]]]:
         """Up to ``count`` events per agent past its position, by agent id.
 
-        With ``block_ms`` the read waits up to that long for one (on ``client``,
-        a connection kept for such waits); without, it answers at once.
+        With ``block_ms`` the read waits up to that long for one (on a connection
+        kept for such waits); without, it answers at once.
         """
-        reader = client or self.client
+        reader = self.waits if block_ms is not None else self.client
         if block_ms is not None:
             # A block as long as the socket timeout would fail as a timeout.
             timeout_s = connect.socket_timeout_s(reader, DEFAULT_SOCKET_TIMEOUT_S)

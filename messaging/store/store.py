@@ -54,7 +54,7 @@ class Store:
         self.ticks = TickBatch(client, durability)
         self.scopes: Lru[str, tuple[float, Json]] = Lru()
         self.identities: Lru[tuple[str, str], Json] = Lru()
-        self.live = Live(client)
+        self.live = Live(client, self.waits)
         self.search = SearchIndex(client, self.scripts)
         self.names = NameRecords(client)
 
@@ -86,6 +86,40 @@ class Store:
                 1, int(n.get("maxmemory", 0)) or 2**62))
             return int(fullest.get("used_memory", 0)), int(fullest.get("maxmemory", 0))
         return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+
+    # counters for operators
+
+    async def delivery_counters(self) -> tuple[dict[str, int], int, int]:
+        """Every project's delivery counters added up, the deliveries still due, and
+        the dispatched messages waiting for the search index."""
+        project_ids = [str(p) for p in await self.client.smembers(keys.PROJECTS)]
+        pipe = self.client.pipeline(transaction=False)
+        for pid in project_ids:
+            pipe.hgetall(keys.stats(pid))
+            pipe.zcard(keys.due(pid))
+            pipe.llen(keys.search_queue(pid))
+        raw = await pipe.execute()
+        totals: dict[str, int] = {}
+        due = unindexed = 0
+        for stats, waiting, queued in zip(raw[::3], raw[1::3], raw[2::3], strict=True):
+            for field, value in stats.items():
+                totals[field] = totals.get(field, 0) + int(value)
+            due += int(waiting)
+            unindexed += int(queued)
+        return totals, due, unindexed
+
+    async def ready_counts(self, kinds: Sequence[str],
+                           project_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """Deliveries waiting for a worker's turn, per project and transport (every
+        project's when ``project_ids`` is None)."""
+        if project_ids is None:
+            project_ids = [str(p) for p in await self.client.smembers(keys.PROJECTS)]
+        pipe = self.client.pipeline(transaction=False)
+        for pid in project_ids:
+            for kind in kinds:
+                pipe.zcard(keys.ready(pid, kind))
+        counts = iter(await pipe.execute())
+        return {pid: {kind: int(next(counts)) for kind in kinds} for pid in project_ids}
 
     # tokens
 
@@ -120,11 +154,29 @@ class Store:
             return {}
         return scope
 
+    @staticmethod
+    def token_bucket(project_id: str | None, token_hash: str) -> str:
+        """The rate bucket of a token: the operator's (``project_id`` None), or a
+        project or agent token's, by its hash."""
+        return keys.OPERATOR_RATE if project_id is None else keys.token_rate(project_id,
+                                                                              token_hash)
+
+    @staticmethod
+    def address_bucket(address: str) -> str:
+        """The rate bucket of a client address's requests without a valid token."""
+        return keys.address_rate(address)
+
     async def take_request(self, bucket: str, interval_us: int, burst_us: int) -> int:
         """One request from a rate bucket every API process shares (``take_request.lua``):
         0 when it may go, else the µs until one may."""
         return int(await self.ticks.run(self.scripts["take_request"], [bucket],
                                         [interval_us, burst_us]))
+
+    async def live_token(self, project_id: str, agent_id: str) -> str | None:
+        """The hash of the agent's live token: rotating changes it, retiring or closing
+        drops it."""
+        found = await self.client.get(keys.agent_token(project_id, agent_id))
+        return str(found) if found else None
 
     async def _forget_token(self, token_hash: str) -> None:
         """Remove a token's scope record (its agent no longer points at it)."""

@@ -95,6 +95,19 @@ def _migrate(client: SyncClient, version: int) -> None:
         client.set(keys.DATA_VERSION, version)
 
 
+def ensure_current_at(url: str, **client_options: float) -> int | None:
+    """``ensure_current`` on a connection of its own to the store at ``url``.
+
+    Raises:
+        DataVersionError: the store's data is newer than this code knows.
+    """
+    client = connect.sync_client(url, **client_options)
+    try:
+        return ensure_current(client)
+    finally:
+        client.close()
+
+
 def known_version(url: str, **client_options: float) -> int | None:
     """The data version of the store at ``url`` (None: empty).
 

@@ -38,7 +38,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from messaging import ids
 from messaging.errors import CourierError, store_unavailable, unauthenticated
 from messaging.service.caller import Caller, CallerKind, authenticate, bearer
-from messaging.store import keys
 from messaging.store.admission import RateCharge
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
@@ -101,10 +100,10 @@ class Gate:
         except STORE_DOWN:  # answered like any route's store failure, from the scope
             return Auth(None, store_unavailable(), address, anonymous)
         if caller.kind is CallerKind.OPERATOR:
-            group, bucket = OPERATOR_GROUP, keys.OPERATOR_RATE
+            group, bucket = OPERATOR_GROUP, self.store.token_bucket(None, token_hash)
         else:
             group = str(caller.project_id)
-            bucket = keys.token_rate(group, token_hash)
+            bucket = self.store.token_bucket(group, token_hash)
         auth = Auth(caller, None, address, group, self.tokens.charge(bucket))
         if defer and not self.tokens.known_empty(bucket):
             return auth
@@ -137,7 +136,7 @@ class Gate:
     async def _limited(self, address: str) -> CourierError | None:
         """The 429 of an address past its rate, else None (one request spent)."""
         try:
-            await self.addresses.check(keys.address_rate(address))
+            await self.addresses.check(self.store.address_bucket(address))
         except CourierError as exc:
             return exc
         except STORE_DOWN:

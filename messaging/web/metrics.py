@@ -33,7 +33,6 @@ from prometheus_client.core import (
 
 from messaging.runtime.celeryconf import queue_for
 from messaging.service import archive
-from messaging.store import keys
 from messaging.store.deliveries import DISPATCH_BUCKETS_MS, INF
 from messaging.store.store import Store
 
@@ -55,26 +54,6 @@ def store_full(used_bytes: int, max_bytes: int, largest_write_bytes: int = 0) ->
 BUSIEST = 10
 
 
-async def store_counters(store: Store) -> tuple[dict[str, int], int, int]:
-    """Every project's delivery counters added up, the deliveries still due, and
-    the dispatched messages waiting for the search index."""
-    project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
-    pipe = store.client.pipeline(transaction=False)
-    for pid in project_ids:
-        pipe.hgetall(keys.stats(pid))
-        pipe.zcard(keys.due(pid))
-        pipe.llen(keys.search_queue(pid))
-    raw = await pipe.execute()
-    totals: dict[str, int] = {}
-    due = unindexed = 0
-    for stats, waiting, queued in zip(raw[::3], raw[1::3], raw[2::3], strict=True):
-        for field, value in stats.items():
-            totals[field] = totals.get(field, 0) + int(value)
-        due += int(waiting)
-        unindexed += int(queued)
-    return totals, due, unindexed
-
-
 def disk_bytes(archive_root: Path, data_dir: Path) -> tuple[int, int]:
     """(archive, data dir) sizes in bytes; walks both, so call it off the event loop."""
     return archive.size_bytes(archive_root), archive.size_bytes(data_dir)
@@ -83,16 +62,9 @@ def disk_bytes(archive_root: Path, data_dir: Path) -> tuple[int, int]:
 async def busiest_backlogs(store: Store, kinds: list[str],
                            top: int = BUSIEST) -> list[tuple[str, str, int]]:
     """(project, transport, deliveries waiting for a turn) of the projects with the most."""
-    project_ids = [str(p) for p in await store.client.smembers(keys.PROJECTS)]
-    pipe = store.client.pipeline(transaction=False)
-    for pid in project_ids:
-        for kind in kinds:
-            pipe.zcard(keys.ready(pid, kind))
-    counts = iter(await pipe.execute())
-    rows = [(pid, kind, int(next(counts))) for pid in project_ids for kind in kinds]
-    totals: dict[str, int] = {}
-    for pid, _, n in rows:
-        totals[pid] = totals.get(pid, 0) + n
+    counts = await store.ready_counts(kinds)
+    rows = [(pid, kind, n) for pid, per_kind in counts.items() for kind, n in per_kind.items()]
+    totals = {pid: sum(per_kind.values()) for pid, per_kind in counts.items()}
     busiest = {pid for pid in sorted(totals, key=lambda p: -totals[p])[:top] if totals[pid]}
     return [row for row in rows if row[0] in busiest and row[2]]
 

@@ -32,7 +32,7 @@ class RateLimiter:
         self.empty: Lru[str, float] = Lru(EMPTY_KEPT)
 
     async def check(self, bucket: str) -> None:
-        """Take one request from the bucket (a key of ``messaging.store.keys``).
+        """Take one request from the bucket (``Store.token_bucket``, ``Store.address_bucket``).
 
         Raises:
             CourierError: RATE_LIMITED, with Retry-After, when the bucket is empty.

@@ -60,7 +60,7 @@ async def prometheus(request: Request, svc: Svc) -> PlainTextResponse:
     if auth.refusal is not None:  # a token was sent and is not one: said, not ignored
         raise auth.refusal
     named = auth.caller is not None and auth.caller.kind is CallerKind.OPERATOR
-    totals, due, unindexed = await metrics.store_counters(svc.store)
+    totals, due, unindexed = await svc.store.delivery_counters()
     memory = await svc.store.memory()
     kinds = transport_kinds()
     backlogs = await metrics.busiest_backlogs(svc.store, kinds) if named else []
