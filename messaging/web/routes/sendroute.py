@@ -52,7 +52,9 @@ class SendRoute(APIRoute):
             return
         parsed = _parsed(body) if _declares_json(scope) else None
         if parsed is None or auth.caller is None:
-            await settle_owed(scope)  # its refusal, if any, is the caller's, in the scope
+            refusal = await settle_owed(scope)
+            if refusal is not None:  # an empty bucket answers first, as at the gate
+                raise refusal
             await self.framework(scope, replay(body, receive), send)
             return
         try:
