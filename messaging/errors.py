@@ -18,7 +18,8 @@
 belongs to, so ``except NotFound`` catches every 404 whoever raised it.
 Foreign exceptions come in at one place each: pydantic's through
 ``from_validation`` (HTTP bodies, MCP arguments, transport settings), redis's
-through the store's connection boundary.
+at the store's boundary (``messaging.store.failures``: every coroutine method of
+the API's store raises these for a full, unreachable or unconfirmed store).
 """
 
 from __future__ import annotations

@@ -32,13 +32,11 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-import redis.exceptions
 from sse_starlette import ServerSentEvent
 
 from messaging.errors import CourierError, invalid
 from messaging.service import reading
 from messaging.service.caller import Caller
-from messaging.store.connect import STORE_DOWN
 from messaging.store.facts import Lru
 from messaging.store.live import parse_stream_id, stream_id
 from messaging.store.store import Store
@@ -215,8 +213,8 @@ class Hub:
             try:
                 found = await self.store.live.read_events(
                     project_id, positions, READ_COUNT, READ_BLOCK_MS)
-            except STORE_DOWN + (redis.exceptions.RedisError,):
-                await asyncio.sleep(READ_RETRY_S)  # the store is away: wait, then read again
+            except CourierError:  # the store is away: wait, then read again
+                await asyncio.sleep(READ_RETRY_S)
                 continue
             for one in list(self.listeners.get(project_id, ())):
                 for entry_id, fields in found.get(one.agent_id, ()):

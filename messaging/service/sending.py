@@ -16,7 +16,6 @@ from messaging.config import Settings
 from messaging.errors import (
     RECIPIENT_REASON_ORDER,
     CourierError,
-    not_durable,
     not_found,
     unauthenticated,
 )
@@ -34,7 +33,6 @@ from messaging.service.caller import Caller
 from messaging.service.reading import takes_part
 from messaging.service.views import deliveries_of, label, message_view, withheld_from
 from messaging.store.admission import Admission, AdmitRequest, RateCharge
-from messaging.store.durability import NotDurable
 from messaging.store.schema import Target, pack_message, senders, unpack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -292,10 +290,7 @@ async def _admit(
     except CourierError:
         await _spend(store, rate)  # an empty bucket answers first
         raise
-    try:
-        admission = await store.admit(request, rate)
-    except NotDurable as e:
-        raise not_durable(e.level.value, e.reason) from None
+    admission = await store.admit(request, rate)
     project_id = request.project_id
     if admission.status == "ok":
         published = _hand_over(dispatcher, project_id, admission.answer)

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from messaging.store import connect, keys
+from messaging.store.failures import translated
 from messaging.store.scripts import scripts_for
 from messaging.types import Json
 
@@ -61,6 +62,7 @@ def _shared_args(now_us: int, due_ms: int) -> list[str]:
     return [str(now_us), str(due_ms), str(keys.EVENTS_MAXLEN), str(keys.SUBSCRIPTION_KEEP_S)]
 
 
+@translated
 class Live:
     """Presence, subscriptions and event streams on one asyncio client."""
 

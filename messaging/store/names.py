@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.store import connect, keys
+from messaging.store.failures import translated
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import scripts_for
 from messaging.types import Json
@@ -75,6 +76,7 @@ def _bound(out: list[Any]) -> list[Bound]:
     return [Bound(str(out[i]), str(out[i + 1])) for i in range(1, len(out), 2)]
 
 
+@translated
 class NameRecords:
     """Authorized names on one asyncio client."""
 

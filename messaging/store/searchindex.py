@@ -26,6 +26,7 @@ from typing import Any
 from messaging.searchtext import EVERY, QueryWord, filter_terms, message_words
 from messaging.store import keys
 from messaging.store.connect import AsyncClient, SyncClient
+from messaging.store.failures import translated
 from messaging.store.schema import MessageField, unpack_message
 from messaging.store.scripts import Scripts
 from messaging.types import Json
@@ -220,6 +221,7 @@ class IndexPage:
     next_score: str | None
 
 
+@translated
 class SearchIndex:
     """Queries of the index (asyncio, the API's side)."""
 

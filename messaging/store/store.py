@@ -16,6 +16,7 @@ from messaging.store.admission import Admission, AdmitRequest, RateCharge
 from messaging.store.deliveries import joining_turns
 from messaging.store.durability import Durability
 from messaging.store.facts import Lru, identity
+from messaging.store.failures import translated
 from messaging.store.live import Live
 from messaging.store.names import NameRecords
 from messaging.store.schema import AgentField, DeliveryField, MessageField
@@ -40,6 +41,7 @@ def _hash(found: Mapping[Any, Any]) -> Json:
     return {str(k): v for k, v in found.items()}
 
 
+@translated
 class Store:
     """Typed operations on the store; every key comes from ``keys``."""
 

@@ -13,7 +13,6 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,7 +30,6 @@ from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
 from messaging.service.rendering import Renderer
-from messaging.store.connect import STORE_DOWN
 from messaging.store.durability import Durability
 from messaging.store.store import Store
 from messaging.web import openapi
@@ -42,7 +40,7 @@ from messaging.web.guard import Authenticate, Gate
 from messaging.web.head import HeadAsGet
 from messaging.web.mcp import MCP_PATH, mcp_app
 from messaging.web.openapi import CourierAPI
-from messaging.web.refusals import CountRefusals, answered_as, error_response
+from messaging.web.refusals import CountRefusals, error_response
 from messaging.web.routes import (
     console,
     deliveries,
@@ -74,10 +72,9 @@ FRAMEWORK_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "NOT_FOUND",
 
 
 async def _known_failure(request: Request, exc: Exception) -> JSONResponse:
-    """A ``CourierError``, or a store failure, in Courier's shape."""
-    err = answered_as(exc)
-    assert err is not None
-    return error_response(err)
+    """A ``CourierError`` (the store's failures among them) in Courier's shape."""
+    assert isinstance(exc, CourierError)
+    return error_response(exc)
 
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
@@ -152,8 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outside them: every layer sees a HEAD as the GET it stands for (its refusals are
     # counted like the GET's; only the body is dropped, here).
     app.add_middleware(HeadAsGet)
-    for known in (CourierError, redis.exceptions.OutOfMemoryError, *STORE_DOWN):
-        app.add_exception_handler(known, _known_failure)
+    app.add_exception_handler(CourierError, _known_failure)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _framework_error)
     # The routers' routes go on the app's own router, in the same order: an included

@@ -36,10 +36,9 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from messaging import ids
-from messaging.errors import CourierError, store_unavailable, unauthenticated
+from messaging.errors import CourierError, unauthenticated
 from messaging.service.caller import Caller, CallerKind, authenticate, bearer
 from messaging.store.admission import RateCharge
-from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
 from messaging.web.addresses import counted_as
 from messaging.web.ratelimit import RateLimiter
@@ -95,10 +94,8 @@ class Gate:
         token_hash = ids.token_hash(token)
         try:
             caller = await authenticate(self.store, self.operator_token, token, token_hash)
-        except CourierError as exc:
+        except CourierError as exc:  # a store that failed too: answered from the scope
             return Auth(None, await self._limited(address) or exc, address, anonymous)
-        except STORE_DOWN:  # answered like any route's store failure, from the scope
-            return Auth(None, store_unavailable(), address, anonymous)
         if caller.kind is CallerKind.OPERATOR:
             group, bucket = OPERATOR_GROUP, self.store.token_bucket(None, token_hash)
         else:
@@ -116,8 +113,6 @@ class Gate:
             await self.tokens.spend(auth.owed)
         except CourierError as exc:
             return Auth(None, exc, auth.address, auth.group)
-        except STORE_DOWN:
-            return Auth(None, store_unavailable(), auth.address, auth.group)
         return replace(auth, owed=None)
 
     async def caller(self, auth: Auth) -> Caller:
@@ -139,8 +134,6 @@ class Gate:
             await self.addresses.check(self.store.address_bucket(address))
         except CourierError as exc:
             return exc
-        except STORE_DOWN:
-            return store_unavailable()
         return None
 
 

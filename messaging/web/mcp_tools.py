@@ -113,7 +113,7 @@ async def run_tool(scope: Scope, call: Call) -> Json:
     except ValidationError as exc:
         error: CourierError | None = from_validation(exc)
     except Exception as exc:
-        error = refusals.answered_as(exc)  # a CourierError, a full or unreachable store
+        error = refusals.answered_as(exc)  # a CourierError (the store's failures too)
         if error is None:
             log.exception("an MCP tool call failed unexpectedly")
             return tool_error(internal_error())

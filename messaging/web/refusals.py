@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 
-import redis.exceptions
 from prometheus_client import Counter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messaging.errors import CourierError, store_full, store_unavailable
-from messaging.store.connect import STORE_DOWN
+from messaging.errors import CourierError
 
 REFUSALS = Counter("courier_refusals", "Error answers on every face (http, sse, mcp), by error "
                    "code; INTERNAL is a failure nobody expected", ["code", "face"])
@@ -32,15 +30,10 @@ def count(code: str, face: str) -> None:
 
 
 def answered_as(exc: Exception) -> CourierError | None:
-    """The error an exception is answered as: a ``CourierError`` itself, a full or
-    unreachable store's 503; None for a failure nobody expected (a 500)."""
-    if isinstance(exc, CourierError):
-        return exc
-    if isinstance(exc, redis.exceptions.OutOfMemoryError):
-        return store_full()
-    if isinstance(exc, STORE_DOWN):
-        return store_unavailable()
-    return None
+    """The error an exception is answered as: a ``CourierError`` itself (the store's
+    failures are Courier's from its boundary on, ``messaging.store.failures``); None
+    for a failure nobody expected (a 500)."""
+    return exc if isinstance(exc, CourierError) else None
 
 
 def error_response(exc: CourierError) -> JSONResponse:

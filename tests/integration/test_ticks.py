@@ -15,6 +15,7 @@ import pytest
 import redis
 import redis.exceptions
 
+from messaging.errors import Unavailable
 from messaging.launch.embedded import EmbeddedStore
 from messaging.store.connect import STORE_DOWN
 from messaging.store.store import Store
@@ -97,8 +98,10 @@ def test_a_store_that_dies_under_a_batch_fails_each_caller_and_none_hangs(
             await store.take_request("bucket:e", 1, SECOND_US)  # connected, scripts loaded
             assert own_store.pid is not None
             os.kill(own_store.pid, signal.SIGKILL)
+            # The batch itself (the store's boundary makes these Courier's 503s).
+            script = store.scripts["take_request"]
             return list(await asyncio.wait_for(asyncio.gather(
-                *(store.take_request("bucket:e", 1, SECOND_US) for _ in range(8)),
+                *(store.ticks.run(script, ["bucket:e"], [1, SECOND_US]) for _ in range(8)),
                 return_exceptions=True), timeout=30))
         finally:
             await store.close()
@@ -106,3 +109,23 @@ def test_a_store_that_dies_under_a_batch_fails_each_caller_and_none_hangs(
     replies = asyncio.run(main())
     assert len(replies) == 8
     assert all(isinstance(r, STORE_DOWN) for r in replies), replies
+
+
+def test_the_store_s_methods_answer_a_dead_store_as_courier_s_503(own_store: EmbeddedStore):
+    async def main() -> BaseException | None:
+        store = Store.from_url(own_store.url)
+        try:
+            await store.take_request("bucket:f", 1, SECOND_US)
+            assert own_store.pid is not None
+            os.kill(own_store.pid, signal.SIGKILL)
+            try:
+                await asyncio.wait_for(store.take_request("bucket:f", 1, SECOND_US), 30)
+            except Exception as exc:
+                return exc
+            return None
+        finally:
+            await store.close()
+
+    failed = asyncio.run(main())
+    assert isinstance(failed, Unavailable) and failed.code == "STORE_UNAVAILABLE", failed
+    assert isinstance(failed.__cause__, STORE_DOWN)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import redis.exceptions
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from messaging.errors import CourierError
 from messaging.runtime.celeryconf import transport_kinds
 from messaging.service.caller import CallerKind
-from messaging.store.connect import STORE_DOWN
 from messaging.web import answers, metrics
 from messaging.web.deps import Svc, ok
 from messaging.web.guard import auth_of
@@ -35,7 +34,7 @@ async def readyz(svc: Svc) -> JSONResponse:
     try:
         store_ok = await svc.store.ping()
         used, limit = await svc.store.memory()
-    except STORE_DOWN + (redis.exceptions.RedisError,):
+    except CourierError:  # STORE_UNAVAILABLE: it did not answer
         store_ok = False
     full = metrics.store_full(used, limit, svc.settings.max_body_bytes)
     try:
