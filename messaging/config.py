@@ -188,7 +188,8 @@ class Settings(BaseSettings):
         "How far an admission (and a recorded outcome) must reach before it is answered: "
         "`local` the store's write, `fsync` the store's disk (WAITAOF 1 0), `replica` its "
         "disk and `COURIER_DURABILITY_REPLICAS` replicas' (WAITAOF 1 N, or WAIT N where "
-        "the server has no WAITAOF). Needs one primary, not a cluster, beyond `local`."))
+        "the server has no WAITAOF); on a Redis Cluster, on the primary that holds the "
+        "project and its replicas."))
     durability_replicas: int = Field(default=1, ge=1, description=(
         "Replicas a `replica` write must reach."))
     durability_timeout_s: float = Field(default=5.0, gt=0, description=(

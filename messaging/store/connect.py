@@ -14,6 +14,7 @@ the hash tag ``{p:<project_id>}``, so each script runs on one node.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import redis
@@ -100,6 +101,27 @@ def sync_client(url: str, **options: Any) -> SyncClient:
     if is_cluster(url):
         return ClusterClient.from_url(node_url(url), **settings)
     return redis.Redis.from_url(url, **settings)
+
+
+def server_of(client: SyncClient, key: str) -> redis.Redis:
+    """The client of the one server that holds ``key``: ``client`` itself, or on a
+    Redis Cluster the client of the primary that serves the key's slot, whose
+    connections go to that node only (what runs on one of them stays there)."""
+    if isinstance(client, RedisCluster):
+        cluster: Any = client  # redis-py leaves get_node_from_key untyped
+        server: redis.Redis = cluster.get_node_from_key(key).redis_connection
+        return server
+    return client
+
+
+def find_node_again(client: SyncClient, key: str) -> None:
+    """Have a cluster client find the node of ``key``'s slot again after that node
+    failed or redirected a command sent to it directly: a read of the key, routed
+    as any command, follows the redirect or refreshes the client's map of the
+    slots (within the client's own retries). Nothing on one server."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(redis.RedisError):  # the caller meets its own error
+            client.exists(key)
 
 
 def async_client(url: str, connections: int = POOL_CONNECTIONS, **options: Any) -> AsyncClient:

@@ -125,7 +125,6 @@ class DeliveryStore:
         self.client = client
         self.scripts = scripts_for(client)
         self.durability = durability or Durability()
-        self.waits = self.durability.waits and not hasattr(client, "get_node_from_key")
 
     @classmethod
     def from_url(cls, url: str, durability: Durability | None = None,
@@ -142,7 +141,7 @@ class DeliveryStore:
 
     def _record(self, name: str, script_keys: list[str], args: list[str]) -> Any:
         """Run the recording script ``name``, at the store's durability."""
-        if not self.waits:
+        if not self.durability.waits:
             return self.scripts[name](keys=script_keys, args=args)
         reply, short = run_durably(self.client, self.durability, self.scripts[name],
                                    script_keys, args)

@@ -9,7 +9,8 @@
 
 One wait follows the writes of one pipeline, on the same connection (a wait
 confirms the writes of its own connection only), so concurrent admissions
-share it.
+share it. On a Redis Cluster that connection is one of the primary that serves
+the writes' slot, and each primary gets a pipeline and a wait of its own.
 A wait that times out raises ``NotDurable``: the write was sent and may have
 been stored, and may not survive the loss of its node.
 """
@@ -21,7 +22,8 @@ from typing import Any
 
 import redis.exceptions
 
-from messaging.config import Level, Settings, SettingsError, is_cluster
+from messaging.config import Level, Settings
+from messaging.store import connect
 
 
 class NotDurable(Exception):
@@ -42,14 +44,7 @@ class Durability:
 
     @classmethod
     def of(cls, settings: Settings) -> Durability:
-        """What a write waits for before it is answered (``COURIER_DURABILITY``).
-
-        Raises:
-            SettingsError: a level beyond ``local`` on a Redis Cluster.
-        """
-        if settings.durability is not Level.LOCAL and is_cluster(settings.store_url):
-            raise SettingsError(f"COURIER_DURABILITY={settings.durability.value} needs one "
-                                "primary (with replicas), not a Redis Cluster")
+        """What a write waits for before it is answered (``COURIER_DURABILITY``)."""
         return cls(settings.durability, settings.durability_replicas,
                    int(settings.durability_timeout_s * 1000))
 
@@ -95,15 +90,32 @@ def lacks_waitaof(reply: Any) -> bool:
         reply).lower()
 
 
-def run_durably(client: Any, durability: Durability, script: Any, keys: list[Any],
-                args: list[Any]) -> tuple[Any, NotDurable | None]:
+def run_durably(client: connect.SyncClient, durability: Durability, script: Any,
+                keys: list[Any], args: list[Any]) -> tuple[Any, NotDurable | None]:
     """``script``'s reply, run with the wait of ``durability`` after it on the same
     connection (a wait confirms only the writes of its own connection), and why the
-    wait fell short, if it did. For the workers' synchronous client on one server."""
-    pipe = client.pipeline(transaction=False)
+    wait fell short, if it did. For the workers' synchronous client: on a cluster,
+    both go to the primary that serves the keys' slot.
+
+    Raises:
+        redis.exceptions.ClusterError: that node no longer serves the slot (it moved
+            in a failover): the script did not run.
+        redis.exceptions.ConnectionError: the node did not answer.
+
+    Either way the cluster client finds the slot's node again before this raises.
+    """
+    pipe: Any = connect.server_of(client, keys[0]).pipeline(transaction=False)
     script(keys=keys, args=args, client=pipe)
     pipe.execute_command(*durability.command())
-    reply, waited = pipe.execute(raise_on_error=False)
+    try:
+        reply, waited = pipe.execute(raise_on_error=False)
+    except redis.exceptions.RedisError:
+        connect.find_node_again(client, keys[0])
+        raise
+    if isinstance(reply, redis.exceptions.AskError):  # MOVED or ASK
+        connect.find_node_again(client, keys[0])
+        raise redis.exceptions.ClusterError(
+            f"the store node no longer serves the slot ({reply}): nothing was run")
     if isinstance(reply, Exception):
         raise reply
     if lacks_waitaof(waited) and durability.level is Level.REPLICA:

@@ -16,20 +16,49 @@ know yet (a restarted store) is loaded and run again for the callers that met it
 A call made ``durable`` is confirmed at the store's durability level before its
 caller gets its reply: the batch's pipeline ends with one ``WAITAOF`` (or
 ``WAIT``) on the same connection, which every durable call of the batch
-shares; a wait that falls short raises ``NotDurable`` to those calls.
+shares; a wait that falls short, or a connection that fails under it, raises
+``NotDurable`` to those calls (their scripts may have run).
+
+On a Redis Cluster a wait confirms the writes of its own connection on its own
+node, so the durable calls of a tick are grouped by the node that serves their
+keys' slot (a call's keys share its project's hash tag), and each node's go as
+one pipeline on one connection of that node, with that node's wait at its end.
+They are sent to the node itself, not through the cluster client's pipeline,
+which on a redirect or a failed connection sends a call again elsewhere,
+behind the wait's back. A redirect (the slot moved in a failover: the script
+did not run) fails its call as the store unavailable; in both cases the cluster
+client is left to find the slot's node again by its own handling of one read
+routed to it, and the caller's retry with its idempotency key goes there. The
+other calls on a cluster go one by one through the client, which follows
+redirects itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
-from redis.exceptions import NoScriptError, ResponseError
+from redis.asyncio.cluster import PipelineCommand
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
 from messaging.config import Level
 from messaging.store.durability import Durability, NotDurable, lacks_waitaof
+
+# Runs one command on the store and returns its reply.
+Execute = Callable[..., Awaitable[Any]]
 
 
 @dataclass
@@ -39,6 +68,7 @@ class _Call:
     args: list[Any]
     reply: asyncio.Future[Any]
     durable: bool = False
+    reloaded: bool = False  # its script was loaded once for it already
 
 
 class TickBatch:
@@ -47,10 +77,13 @@ class TickBatch:
     def __init__(self, client: Any, durability: Durability | None = None) -> None:
         self.client = client
         self.durability = durability or Durability()
-        # A cluster pipeline splits by slot into several; its callers are sent one by one.
+        # One server's calls share a pipeline; a cluster's durable ones, one per node.
         self.pipelines = isinstance(client, redis.asyncio.Redis)
+        self.cluster = isinstance(client, AsyncRedisCluster)
         self._calls: list[_Call] = []
         self._wait: tuple[Any, ...] | None = None  # the wait command, once known
+        # Reads that have the cluster client find a key's node again, by key.
+        self._finding: dict[str, asyncio.Task[None]] = {}
 
     async def run(self, script: Any, keys: list[Any], args: list[Any],
                   durable: bool = False) -> Any:
@@ -61,10 +94,7 @@ class TickBatch:
             NotDurable: a durable call the store did not confirm within the wait.
         """
         durable = durable and self.durability.waits
-        if durable and not self.pipelines:
-            raise NotDurable(self.durability.level, "durability waits need a single store "
-                             "server (one primary with replicas), not a cluster")
-        if not self.pipelines:
+        if not self.pipelines and not (durable and self.cluster):
             return await script(keys=keys, args=args)
         loop = asyncio.get_running_loop()
         call = _Call(script, keys, args, loop.create_future(), durable)
@@ -80,38 +110,102 @@ class TickBatch:
         task.add_done_callback(_retrieved)
 
     async def _send(self, calls: list[_Call]) -> None:
+        if self.cluster:
+            await self._send_by_node(calls)
+            return
         waits = any(call.durable for call in calls)
         if len(calls) == 1 and not waits:
             await self._alone(calls[0])
             return
-        wait: tuple[Any, ...] | None = await self._wait_command() if waits else None
         pipe = self.client.pipeline(transaction=False)
-        for call in calls:
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        if wait is not None:
-            pipe.execute_command(*wait)
         try:
+            wait = await self._wait_command(self.client.execute_command) if waits else None
+            for call in calls:
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            if wait is not None:
+                pipe.execute_command(*wait)
             replies = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the connection: every caller meets it
-            for call in calls:
-                _settle(call, exc=exc)
-            if not isinstance(exc, Exception):
-                raise
+            self._fail(calls, exc)
             return
         waited = replies.pop() if wait is not None else None
-        await self._answer(calls, replies, wait, waited)
+        await self._answer(calls, replies, wait, waited, self.client.script_load)
+
+    async def _send_by_node(self, calls: list[_Call]) -> None:
+        """Each node's calls on one connection of that node, with its wait."""
+        try:
+            await self.client.initialize()  # runs a refresh the client asked for, once due
+        except BaseException as exc:
+            self._fail(calls, exc)
+            return
+        groups: dict[str, tuple[Any, list[_Call]]] = {}
+        for call in calls:
+            try:
+                node = self.client.get_node_from_key(call.keys[0])
+            except RedisClusterException as exc:  # a slot no node serves now
+                _settle(call, exc=exc)
+                continue
+            groups.setdefault(node.name, (node, []))[1].append(call)
+        await asyncio.gather(*(self._send_to(node, group) for node, group in groups.values()))
+
+    async def _send_to(self, node: Any, calls: list[_Call]) -> None:
+        """``calls`` as one pipeline on one connection of the cluster node ``node``,
+        the wait at its end."""
+        commands = [PipelineCommand(i, "EVALSHA", call.script.sha, len(call.keys),
+                                    *call.keys, *call.args) for i, call in enumerate(calls)]
+        try:
+            wait = await self._wait_command(node.execute_command)
+            if wait is not None:
+                commands.append(PipelineCommand(len(calls), *wait))
+            await node.execute_pipeline(commands)
+        except BaseException as exc:  # the node's connection: every caller meets it
+            self._find_again(calls[0].keys[0])
+            self._fail(calls, exc)
+            return
+        replies = [command.result for command in commands]
+        waited = replies.pop() if wait is not None else None
+        await self._answer(calls, replies, wait, waited,
+                           functools.partial(node.execute_command, "SCRIPT", "LOAD"))
 
     async def _answer(self, calls: list[_Call], replies: list[Any],
-                      wait: tuple[Any, ...] | None, waited: Any) -> None:
+                      wait: tuple[Any, ...] | None, waited: Any, load: Execute) -> None:
+        unknown = []  # calls whose script the server did not know
         for call, reply in zip(calls, replies, strict=True):
-            if isinstance(reply, NoScriptError):
-                await self._reload(call)  # loads the script, then runs it
+            if isinstance(reply, NoScriptError) and not call.reloaded:
+                unknown.append(call)
             elif isinstance(reply, Exception):
-                _settle(call, exc=reply)
+                _settle(call, exc=self._refusal(call, reply))
             elif call.durable:
                 self._confirmed(call, reply, wait, waited)
             else:
                 _settle(call, reply=reply)
+        if unknown:
+            await self._reload(unknown, load)
+
+    def _refusal(self, call: _Call, reply: Exception) -> BaseException:
+        """What the caller of ``call`` meets for its error reply ``reply``."""
+        if isinstance(reply, AskError):  # MOVED or ASK: the script did not run there
+            self._find_again(call.keys[0])
+            return ClusterError(f"the store node no longer serves this project's slot "
+                                f"({reply}): nothing was run")
+        if isinstance(reply, RedisError) and not isinstance(reply, ResponseError):
+            self._find_again(call.keys[0])  # the connection failed after the send
+            return self._unsure(call, reply)
+        return reply
+
+    def _unsure(self, call: _Call, exc: BaseException) -> BaseException:
+        """``exc`` as the caller of ``call`` meets it once its script may have run: a
+        durable call as NotDurable (the store may hold its write, unconfirmed)."""
+        if call.durable and isinstance(exc, RedisError):
+            return NotDurable(self.durability.level, f"the store failed under the write: {exc}")
+        return exc
+
+    def _fail(self, calls: list[_Call], exc: BaseException) -> None:
+        """Fail every call of a batch whose connection failed; a cancellation goes on."""
+        for call in calls:
+            _settle(call, exc=self._unsure(call, exc))
+        if not isinstance(exc, Exception):
+            raise exc
 
     def _confirmed(self, call: _Call, reply: Any, wait: tuple[Any, ...] | None,
                    waited: Any) -> None:
@@ -129,12 +223,12 @@ class TickBatch:
         else:
             _settle(call, reply=reply)
 
-    async def _wait_command(self) -> tuple[Any, ...] | None:
+    async def _wait_command(self, execute: Execute) -> tuple[Any, ...] | None:
         """WAITAOF, or WAIT on a server without it where replicas are all the level
         needs; None when the level cannot be kept. Asked of the server once."""
         if self._wait is None:
             try:
-                await self.client.execute_command("WAITAOF", 0, 0, 0)
+                await execute("WAITAOF", 0, 0, 0)
                 self._wait = self.durability.command()
             except ResponseError as e:
                 if not lacks_waitaof(e):
@@ -144,29 +238,41 @@ class TickBatch:
                               if self.durability.level is Level.REPLICA else ())
         return self._wait or None
 
-    async def _reload(self, call: _Call) -> None:
-        """A call whose script the server did not know: loaded, then run again."""
-        if not call.durable:
-            await self._alone(call)
-            return
+    async def _reload(self, calls: list[_Call], load: Execute) -> None:
+        """Calls whose script the server did not know: each script loaded once, then
+        the calls sent again together."""
+        for call in calls:
+            call.reloaded = True
         try:
-            await self.client.script_load(call.script.script)
+            for text in {call.script.script for call in calls}:
+                await load(text)
         except BaseException as exc:
-            _settle(call, exc=exc)
-            if not isinstance(exc, Exception):
-                raise
+            self._fail(calls, exc)
             return
-        await self._send([call])
+        await self._send(calls)
 
     async def _alone(self, call: _Call) -> None:
         try:
             reply = await call.script(keys=call.keys, args=call.args)
         except BaseException as exc:
-            _settle(call, exc=exc)
-            if not isinstance(exc, Exception):
-                raise
+            self._fail([call], exc)
         else:
             _settle(call, reply=reply)
+
+    def _find_again(self, key: str) -> None:
+        """Have the cluster client find the node of ``key``'s slot again, in the
+        background: a read of the key routed as any command makes it follow a
+        redirect, or refresh its map of the slots after a node failed."""
+        if not self.cluster or key in self._finding:
+            return
+        self._finding[key] = asyncio.get_running_loop().create_task(self._routed_read(key))
+
+    async def _routed_read(self, key: str) -> None:
+        try:
+            with contextlib.suppress(RedisError):  # its callers were answered already
+                await self.client.exists(key)
+        finally:
+            self._finding.pop(key, None)
 
 
 def _settle(call: _Call, *, reply: Any = None, exc: BaseException | None = None) -> None:
