@@ -55,6 +55,7 @@ from messaging.web.routes import (
     projects,
     search,
 )
+from messaging.web.sends import ServeSends
 
 # Courier's metrics are Prometheus's (/metrics). FastAPI's OpenTelemetry hooks, on by
 # default, look for configured providers on every request.
@@ -140,7 +141,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                      docs_url=None, redoc_url=None)  # served offline by the docs router
     # Outermost last. The caller is known from the headers first (Authenticate), then
     # the body is read at its pace (BodyLimit), then the project's requests past its
-    # fair share wait before any work on them (ProjectShare).
+    # fair share wait before any work on them (ProjectShare), and a plain send is
+    # admitted (ServeSends) ahead of the framework's exception layer and router.
+    app.add_middleware(ServeSends)
     app.add_middleware(ProjectShare, streams=[live.EVENTS_PATH, MCP_PATH], share=FairShare())
     app.add_middleware(BodyLimit, max_bytes=request_cap(settings.max_body_bytes))
     app.add_middleware(Authenticate)

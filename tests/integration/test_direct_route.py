@@ -1,7 +1,7 @@
-"""The send's route answers a plain send exactly as FastAPI's handler does.
+"""The send's layer answers a plain send exactly as FastAPI's handler does.
 
-A body declared ``application/json`` is served by the route itself
-(``messaging.web.routes.sendroute``); the same bytes declared
+A body declared ``application/json`` is served by the innermost layer
+(``messaging.web.sends``); the same bytes declared
 ``application/merge-patch+json`` (JSON too, for FastAPI) go to FastAPI's
 handler. Every answer, refusals included, must
 be the same: status, headers and JSON.

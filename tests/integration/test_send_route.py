@@ -1,10 +1,11 @@
-"""Which sends the send's route serves itself, and which it hands to FastAPI's handler.
+"""Which sends the send's layer serves itself, and which go on to FastAPI's handler.
 
 The whole app runs here in process (its lifespan too), on the stack's store and
 broker; requests go in as ASGI messages, through every layer. FastAPI's handler
-of the route is wrapped to record what reaches it: a plain send is admitted
-(Bob's inbox shows it, through the stack's worker) without reaching it; every
-other request reaches it with its body intact and its caller already found.
+of the send's route is wrapped to record what reaches it: a plain send is
+admitted (Bob's inbox shows it, through the stack's worker) without reaching
+it; every other send reaches it with its body intact and its caller already
+found.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import orjson
 import pytest
 import redis
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from prometheus_client import REGISTRY
 from starlette.types import Receive, Scope, Send
 
@@ -29,7 +31,6 @@ from messaging.store import keys
 from messaging.web.app import create_app
 from messaging.web.guard import AUTH_SCOPE_KEY, Gate
 from messaging.web.refusals import INTERNAL
-from messaging.web.routes.sendroute import SendRoute
 from tests.integration.conftest import Project
 from tests.stack import wait_until
 
@@ -44,8 +45,9 @@ class Served:
     def __init__(self, app: FastAPI) -> None:
         self.app = app
         self.reached: list[tuple[Any, bytes]] = []
-        route = next(r for r in app.router.routes if isinstance(r, SendRoute))
-        framework = route.framework
+        route = next(r for r in app.router.routes if isinstance(r, APIRoute)
+                     and r.path == "/v1/messages" and "POST" in r.methods)
+        framework = route.app
 
         async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
             message = await receive()
@@ -57,7 +59,7 @@ class Served:
 
             await framework(scope, again, send)
 
-        route.framework = recorded
+        route.app = recorded
 
     @property
     def services(self) -> Any:

@@ -11,7 +11,6 @@ from messaging.models import InboxQuery, ReplyIn, SendIn, ThreadQuery
 from messaging.service import reading, sending
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
-from messaging.web.routes.sendroute import SendRoute
 
 router = APIRouter(tags=["messages"])
 
@@ -22,11 +21,10 @@ async def send_message(body: SendIn, svc: Svc, who: Who) -> JSONResponse:
     return ok(sent.body, sent.status)
 
 
-# The request agents make most: its plain case is served by its route itself
-# (messaging.web.routes.sendroute), the rest by FastAPI's handler, here.
+# The request agents make most: its plain case is served by the innermost layer
+# (messaging.web.sends), the rest by FastAPI's handler, here.
 router.add_api_route("/v1/messages", send_message, methods=["POST"], status_code=201,
-                     response_model=answers.Sent, responses=answers.REPLAY,
-                     route_class_override=SendRoute)
+                     response_model=answers.Sent, responses=answers.REPLAY)
 
 
 @router.post("/v1/messages/{message_id}/reply", status_code=201, response_model=answers.Sent,

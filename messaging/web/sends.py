@@ -1,49 +1,55 @@
-"""The send's route, ``POST /v1/messages``: the request agents make most.
+"""Sends, served by the innermost of Courier's layers: ``POST /v1/messages``.
 
-It is one route of the app, behind the layers every request passes
-(authentication, the body limit, the fair share, refusals counted).
-FastAPI documents it from its endpoint (the body model, the answers) and
-decodes what only its own handler can; a body declared ``application/json``
-that orjson reads as an object the model accepts is served by the route
-itself, without the framework's per-request machinery (a ``Request``,
-dependencies, two exit stacks). Both go to the same service function, and
-the answers are the same (tests compare them).
+A send passes every layer every request passes, in order (refusals counted,
+the caller found from the headers, the body read at its pace and within its
+limit, a turn in the project's fair share); then ``ServeSends`` admits a body
+declared ``application/json`` that orjson reads as an object the send's model
+accepts, through the send service, and answers it (an error in Courier's
+shape, as the app's handler answers it). Any other send goes on down, past
+FastAPI's exception handling and router, to FastAPI's handler of the send's
+route (``routes/messages.py``, which documents it), whose decoding and
+validation answer it; the answers are the same either way (tests compare
+them). The framework's per-request machinery (its exception layer, the router,
+a ``Request``, dependencies, two exit stacks) took about a fifth of a send's
+instructions in the API (callgrind, in process), so the common send passes it
+by.
 
 The request its token owes to its rate bucket is left to the admission
 script (``guard.SPENT_BY_ADMISSION``: one round trip for the send); the send
-service spends it before a refusal that comes first, and a body the
-framework's handler decodes spends it before it goes there.
+service spends it before a refusal that comes first, and a send handed on is
+charged before it goes (an empty bucket answers 429 in its place).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from messaging.errors import CourierError
 from messaging.models import SendIn
 from messaging.service import sending
 from messaging.web.bodylimit import replay
 from messaging.web.deps import Services
 from messaging.web.guard import auth_of, settle_owed
+from messaging.web.refusals import error_response
 
 JSON_TYPE = b"application/json"
+SEND = ("POST", "/v1/messages")
 
 
-class SendRoute(APIRoute):
-    """The send's route: a plain JSON send served here, any other by FastAPI's handler."""
+class ServeSends:
+    """ASGI layer, the innermost of Courier's: a plain JSON send admitted here, any
+    other request handed on (to the router, and a send's body to FastAPI's handler
+    of the send's route)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.framework = self.app
-        self.app = self.serve
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Admit a plain send; hand any other to FastAPI's handler, its token's request
-        spent first."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (scope["method"], scope["path"]) != SEND:
+            await self.app(scope, receive, send)
+            return
         svc: Services = scope["app"].state.services
         auth = auth_of(scope)
         body = await _whole_body(receive)
@@ -54,14 +60,20 @@ class SendRoute(APIRoute):
         if parsed is None or auth.caller is None:
             refusal = await settle_owed(scope)
             if refusal is not None:  # an empty bucket answers first, as at the gate
-                raise refusal
-            await self.framework(scope, replay(body, receive), send)
+                await error_response(refusal)(scope, receive, send)
+                return
+            await self.app(scope, replay(body, receive), send)
             return
         try:
             sent = await sending.send(svc.store, svc.settings, svc.publisher, auth.caller,
                                       parsed, auth.owed)
         except sending.BucketEmpty as exc:
-            raise svc.gate.tokens.emptied(exc.bucket, exc.wait_us) from None
+            await error_response(svc.gate.tokens.emptied(exc.bucket, exc.wait_us))(
+                scope, receive, send)
+            return
+        except CourierError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
         payload = orjson.dumps(sent.body)
         await send({"type": "http.response.start", "status": sent.status,
                     "headers": [(b"content-length", str(len(payload)).encode()),
