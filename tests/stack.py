@@ -289,11 +289,13 @@ def make_stack(root: Path, store_kind: str | None = None, **settings: str) -> St
 
 
 @contextmanager
-def served_stack(root: Path) -> Iterator[Stack]:
-    """A stack with one inbox worker (with beat), stopped on exit."""
-    stack = make_stack(root)
+def served_stack(root: Path, queues: str = "deliver.inbox,courier.sweep",
+                 **settings: str) -> Iterator[Stack]:
+    """A stack (with ``settings``, as ``make_stack`` takes them) and one worker serving
+    ``queues`` (with beat), stopped on exit."""
+    stack = make_stack(root, **settings)
     try:
-        stack.start_worker()
+        stack.start_worker(queues=queues)
         yield stack
     finally:
         stack.stop()

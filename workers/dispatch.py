@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -51,6 +50,7 @@ WAIT_ROUND_S = 0.01
 # this (the sweeper publishes it), unless the task that left it sees one of its
 # own requests end first and leases it again then.
 BUSY_MS = 1000
+MS_PER_S = 1000
 
 
 class Threads:
@@ -294,14 +294,15 @@ class Dispatcher:
         return Outcome(OutcomeKind.UNKNOWN, f"crashed after hand-off: {_error(answer)}")
 
     def _result(self, schedule: tuple[float, ...], lease: Leased, outcome: Outcome) -> Result:
-        kind, retry_at_ms = str(outcome.kind), 0
+        """What to record of an outcome: a retry waits its turn of the schedule, counted
+        by the store's clock from when it records the retry (never this host's)."""
+        kind, retry_in_ms = str(outcome.kind), 0
         if outcome.kind == OutcomeKind.RETRY:
             if lease.round_attempt <= len(schedule):
-                wait_s = schedule[lease.round_attempt - 1]
-                retry_at_ms = int((time.time() + wait_s) * 1000)
+                retry_in_ms = int(schedule[lease.round_attempt - 1] * MS_PER_S)
             else:
                 kind = str(OutcomeKind.FAILED)
-        return Result(kind, retry_at_ms, outcome.error, outcome.displayed, outcome.endpoint)
+        return Result(kind, retry_in_ms, outcome.error, outcome.displayed, outcome.endpoint)
 
     def _record(self, transport: Transport, project_id: str, leased: list[Leased],
                 outcomes: list[Outcome]) -> Counter[str]:

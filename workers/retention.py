@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import redis.exceptions
 from celery.utils.log import get_task_logger
@@ -15,10 +14,11 @@ from messaging.service import archive
 from messaging.service.retention import sweep_project
 from messaging.store import connect, keys
 from messaging.store.retention import RetentionStore
-from messaging.timefmt import now_us
 from workers.app import app
 
 log: logging.Logger = get_task_logger(__name__)
+
+US_PER_S = 1_000_000
 
 _store: tuple[int, RetentionStore] | None = None
 
@@ -35,10 +35,13 @@ def retain() -> int:
     """Archive and remove every project's final messages past the retention period, and
     delete archive days past COURIER_ARCHIVE_KEEP_DAYS.
 
+    Every cut-off is the store's clock's (``RetentionStore.clock_us``), not this host's.
+
     Returns how many messages were removed.
     """
     settings = get_settings()
-    expired = archive.expire(settings.archive_root, settings.archive_keep_days, time.time())
+    expired = archive.expire(settings.archive_root, settings.archive_keep_days,
+                             store().clock_us() / US_PER_S)
     if expired:
         log.info("retention deleted %d archive days older than %g days", len(expired),
                  settings.archive_keep_days)
@@ -48,7 +51,7 @@ def retain() -> int:
     for project_id in sorted(str(p) for p in store().client.smembers(keys.PROJECTS)):
         try:
             done = sweep_project(store(), settings.archive_root, project_id,
-                                 settings.retention_s, now_us())
+                                 settings.retention_s, store().clock_us(project_id))
         except redis.exceptions.OutOfMemoryError:
             log.warning("retention in %s: the store is full; will try again", project_id)
             continue

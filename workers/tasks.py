@@ -15,7 +15,7 @@ from messaging.config import get_settings
 from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK, delivery_queues
 from messaging.runtime.publish import Publisher
 from messaging.service.subscriptions import expire_due_sync
-from messaging.store.deliveries import DeliveryStore, Leased, now_ms
+from messaging.store.deliveries import US_PER_MS, DeliveryStore, Leased, now_ms
 from messaging.store.durability import Durability
 from messaging.store.names import expire_names
 from messaging.store.searchindex import queued_projects
@@ -252,6 +252,9 @@ def sweep() -> int:
     or a redrive, or whose idempotent worker died; record the outcome where a
     non-idempotent worker's lease ran out; index what waits for search.
 
+    Every step of it goes by the store's clock, read once per project: what is
+    due, which subscriptions and authorized names ran out.
+
     Returns how many deliveries were published again.
     """
     grace_ms = int(get_settings().outbox_grace_s * 1000)
@@ -259,13 +262,14 @@ def sweep() -> int:
     published = 0
     projects = store().project_ids()
     for project_id in projects:
+        now = store().clock_ms(project_id)
         # Expired subscriptions first: their notices are due at once, so this
         # round publishes them.
-        expire_due_sync(store().client, project_id, now_ms())
+        expire_due_sync(store().client, project_id, now)
         # Authorized names that ran out: their waiting mail fails (or, for a
         # name registered meanwhile, is bound and published now).
-        bound = expire_names(store().client, project_id, now_ms() * 1000, now_ms())
-        actions = store().sweep(project_id, grace_ms, idempotent)
+        bound = expire_names(store().client, project_id, now * US_PER_MS, now)
+        actions = store().sweep(project_id, grace_ms, idempotent, now)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
         todo += [(project_id, b.transport, b.delivery_id) for b in bound]
         for a in actions:

@@ -1,4 +1,11 @@
-"""The workers' side of the store (synchronous): leases, outcomes, the sweeper."""
+"""The workers' side of the store (synchronous): leases, outcomes, the sweeper.
+
+Every decision here that compares times (a lease's end, whether it has ended, a
+retry's due time, an endpoint's hold, what the sweeper finds due) takes the
+store's clock: the scripts read it themselves (``clock_lib.lua``), and a step
+that must pick by time before a script runs reads it first (``clock_us``). A
+worker host whose clock is off changes none of them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import Any
 from messaging.store import connect, keys, searchindex
 from messaging.store.durability import Durability, run_durably
 from messaging.store.schema import DeliveryField
-from messaging.store.scripts import scripts_for
+from messaging.store.scripts import Scripts, scripts_for
 from messaging.timefmt import now_us
 from messaging.types import Json
 
@@ -22,6 +29,9 @@ FIRST_DELIVERY_KEY = 4
 # Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
 DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 INF = "inf"
+# The buckets' bounds as the outcome scripts take them (outcome_lib's dispatch_latency).
+LATENCY_BOUNDS = " ".join([*map(str, DISPATCH_BUCKETS_MS), INF])
+US_PER_MS = 1000
 # A project joins a ring at its joining time (us) less this: below the turns of
 # projects that were served (0 and up), in the order of joining.
 JOINED_BELOW = 2**52
@@ -73,7 +83,7 @@ class Result:
     """What to record of one attempt."""
 
     kind: str  # accepted | rejected | failed | unknown | retry
-    retry_at_ms: int = 0
+    retry_in_ms: int = 0  # retry only: due this long after the store records it
     error: str = ""
     displayed: bool = False
     endpoint: str = ""  # "ok" it answered, "down" it did not (or 408/429/5xx), "" unknown
@@ -98,16 +108,16 @@ class EndpointHealth:
     probe_ms: int
 
 
-def latency(admitted_us: int) -> tuple[str, str]:
-    """The stats field of a dispatch latency's bucket, and the latency in ms."""
-    ms = max(0, (now_us() - admitted_us) // 1000)
-    bound = next((str(b) for b in DISPATCH_BUCKETS_MS if ms <= b), INF)
-    return f"dispatch_ms_le:{bound}", str(ms)
-
-
 def now_ms() -> int:
-    """Wall-clock time in milliseconds."""
+    """This host's wall-clock time in milliseconds: for stamps no lease, expiry or
+    retention decision reads (the search queue's)."""
     return time.time_ns() // 1_000_000
+
+
+def clock_us(scripts: Scripts, key: str) -> int:
+    """The store's time (us) on the node that holds ``key`` (a project's keys share
+    one): the clock every time decision about the project follows."""
+    return int(scripts["read_clock"](keys=[key], args=[]))
 
 
 log = logging.getLogger("courier.store")
@@ -165,7 +175,7 @@ class DeliveryStore:
         raw, busy = self.scripts["lease_deliveries"](
             keys=[keys.due(project_id), keys.agents(project_id), keys.in_flight(project_id)]
             + [keys.delivery(project_id, d) for d in delivery_ids],
-            args=[str(now_ms()), str(now_us()), str(lease_ms), "1" if idempotent else "0",
+            args=[str(lease_ms), "1" if idempotent else "0",
                   str(caps.per_project), str(caps.per_endpoint), str(caps.busy_ms)],
         )
         out = []
@@ -218,28 +228,25 @@ class DeliveryStore:
             return []
         script_keys = [keys.due(project_id), keys.agents(project_id), keys.stats(project_id),
                        keys.in_flight(project_id)]
-        args = [str(now_us()), str(keys.EVENTS_MAXLEN), str(health.failures),
-                str(health.after_ms), str(health.probe_ms), str(now_ms())]
+        args = [str(keys.EVENTS_MAXLEN), str(health.failures), str(health.after_ms),
+                str(health.probe_ms), LATENCY_BOUNDS]
         for lease, result in recorded:
             script_keys += [keys.delivery(project_id, lease.delivery_id),
                             keys.events(project_id, lease.sender_id)]
-            args += [str(lease.fence), result.kind, str(result.retry_at_ms), result.error,
-                     "1" if result.displayed else "0", result.endpoint,
-                     *latency(lease.admitted_us)]
+            args += [str(lease.fence), result.kind, str(result.retry_in_ms), result.error,
+                     "1" if result.displayed else "0", result.endpoint]
         return [bool(flag) for flag in self._record("record_outcomes", script_keys, args)]
 
     def expire_lease(self, project_id: str, delivery_id: str, error_sent: str,
                      error_not_sent: str) -> str:
         """Record the outcome of a non-idempotent lease that ran out: ``unknown`` when its
         request was handed off, ``failed`` when not; "" when the lease is valid or free."""
-        sender_id, admitted_us = self.client.hmget(
-            keys.delivery(project_id, delivery_id),
-            [DeliveryField.SENDER_ID, DeliveryField.ADMITTED_US])
+        sender_id = self.client.hget(keys.delivery(project_id, delivery_id),
+                                     DeliveryField.SENDER_ID)
         outcome = self.scripts["expire_lease"](
             keys=[keys.due(project_id), keys.delivery(project_id, delivery_id),
                   keys.events(project_id, str(sender_id or "")), keys.stats(project_id)],
-            args=[str(now_ms()), str(now_us()), error_sent, str(keys.EVENTS_MAXLEN),
-                  *latency(int(admitted_us or 0)), error_not_sent],
+            args=[error_sent, str(keys.EVENTS_MAXLEN), LATENCY_BOUNDS, error_not_sent],
         )
         return outcome if isinstance(outcome, str) else ""
 
@@ -369,15 +376,24 @@ class DeliveryStore:
         """Every project (the sweeper's round)."""
         return sorted(str(p) for p in self.client.smembers(keys.PROJECTS))
 
-    def sweep(self, project_id: str, grace_ms: int, idempotent: list[str]) -> list[SweepAction]:
-        """Overdue deliveries of one project and what to do with each."""
-        now = now_ms()
+    def clock_ms(self, project_id: str) -> int:
+        """The store's time (ms) for the project (``clock_us``)."""
+        return clock_us(self.scripts, keys.project(project_id)) // US_PER_MS
+
+    def sweep(self, project_id: str, grace_ms: int, idempotent: list[str],
+              due_by_ms: int) -> list[SweepAction]:
+        """Overdue deliveries of one project and what to do with each.
+
+        ``due_by_ms`` is a reading of the store's clock (``clock_ms``) taken before:
+        it picks the candidates, and ``sweep_due`` decides each by its own reading,
+        a later one, so nothing due is missed and nothing early is taken.
+        """
         dids = [str(d) for d in self.client.zrangebyscore(
-            keys.due(project_id), "-inf", now, start=0, num=SWEEP_BATCH)]
+            keys.due(project_id), "-inf", due_by_ms, start=0, num=SWEEP_BATCH)]
         if not dids:
             return []
         raw = self.scripts["sweep_due"](
             keys=[keys.due(project_id)] + [keys.delivery(project_id, d) for d in dids],
-            args=[str(now), str(grace_ms), " ".join(idempotent)],
+            args=[str(grace_ms), " ".join(idempotent)],
         )
         return [SweepAction(*raw[i : i + 3]) for i in range(0, len(raw), 3)]

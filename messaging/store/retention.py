@@ -17,6 +17,7 @@ from redis.lock import Lock
 
 from messaging.store import keys
 from messaging.store.connect import SyncClient
+from messaging.store.deliveries import clock_us
 from messaging.store.schema import DeliveryField, MessageField, senders, unpack_message
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import unindex_messages
@@ -115,6 +116,12 @@ class RetentionStore:
     def __init__(self, client: SyncClient) -> None:
         self.client = client
         self.scripts = scripts_for(client)
+
+    def clock_us(self, project_id: str | None = None) -> int:
+        """The store's time (us) on the node of the project's keys (of the project
+        list with None): retention's cut-offs follow it, not the host's clock."""
+        return clock_us(self.scripts, keys.PROJECTS if project_id is None
+                        else keys.project(project_id))
 
     def lock(self, project_id: str) -> Lock:
         """The project's retention lock (not yet taken)."""

@@ -1,5 +1,8 @@
 -- lease_deliveries: take the dispatch lease of each delivery that is free,
--- with a fresh fencing token, and record the attempt before any I/O.
+-- with a fresh fencing token, and record the attempt before any I/O. Every
+-- time here is the store's (clock_lib): when a lease ends, whether one has
+-- ended, when a retry or an endpoint's hold is over, when the attempt began.
+-- uses: clock_lib
 --
 -- KEYS[1]     due        zset  delivery ids by due time (ms)
 -- KEYS[2]     agents     hash  agent_id -> agent JSON (a webhook endpoint's health)
@@ -7,14 +10,12 @@
 --                              way, by lease end (ms)
 -- KEYS[4..]   dlv        hash  one delivery each
 --
--- ARGV[1]  now, ms (decimal string)
--- ARGV[2]  now, us (decimal string)
--- ARGV[3]  lease length, ms
--- ARGV[4]  "1" when the transport is idempotent by delivery id (an expired
+-- ARGV[1]  lease length, ms
+-- ARGV[2]  "1" when the transport is idempotent by delivery id (an expired
 --          lease may then be taken over), "0" otherwise
--- ARGV[5]  requests of the project under way at once, at most ("0": no cap)
--- ARGV[6]  requests to one recipient's endpoint under way at once, at most ("0": no cap)
--- ARGV[7]  how long a delivery left for a cap waits before it is due again, ms
+-- ARGV[3]  requests of the project under way at once, at most ("0": no cap)
+-- ARGV[4]  requests to one recipient's endpoint under way at once, at most ("0": no cap)
+-- ARGV[5]  how long a delivery left for a cap waits before it is due again, ms
 --
 -- A delivery is free when it is admitted or selected; or waiting for a retry
 -- (or a redrive) whose time has come and no one holds it; or, for idempotent
@@ -28,7 +29,7 @@
 -- record_outcome) is not leased: it is due again when the hold ends.
 -- With caps, a lease counts as under way until its outcome is recorded or
 -- the lease ends; a free delivery past a cap is not leased ("busy"): it is
--- due again after ARGV[7] ms, and nothing of it changes.
+-- due again after ARGV[5] ms, and nothing of it changes.
 --
 -- Returns {leased, busy}: leased a flat array, 9 fields per leased delivery:
 -- its index in KEYS (from 4), fence, agent id, message id, sender id, attempt
@@ -44,13 +45,14 @@ local in_flight_key = KEYS[3]
 -- The delivery hashes, by their index in KEYS (answered back to the caller).
 local dlv_keys = {}
 for i = 4, #KEYS do dlv_keys[i] = KEYS[i] end
-local now_ms = tonumber(ARGV[1])
-local now_us = ARGV[2]
-local lease_ms = tonumber(ARGV[3])
-local idempotent = ARGV[4]
-local project_cap = tonumber(ARGV[5])
-local endpoint_cap = tonumber(ARGV[6])
-local busy_ms = tonumber(ARGV[7])
+local lease_ms = tonumber(ARGV[1])
+local idempotent = ARGV[2]
+local project_cap = tonumber(ARGV[3])
+local endpoint_cap = tonumber(ARGV[4])
+local busy_ms = tonumber(ARGV[5])
+local now = clock_us()
+local now_ms = math.floor(now / 1000)
+local now_us = time_text(now)
 
 local lease_until = string.format("%d", now_ms + lease_ms)
 local out = {}
@@ -62,7 +64,7 @@ local holds = {}
 local capped = project_cap > 0 or endpoint_cap > 0
 local under_way, per_agent = 0, {}
 if capped then
-  redis.call("ZREMRANGEBYSCORE", in_flight_key, "-inf", "(" .. now_ms)
+  redis.call("ZREMRANGEBYSCORE", in_flight_key, "-inf", "(" .. time_text(now_ms))
   for _, member in ipairs(redis.call("ZRANGE", in_flight_key, 0, -1)) do
     local agent_id = string.match(member, "^%S+")
     per_agent[agent_id] = (per_agent[agent_id] or 0) + 1

@@ -55,17 +55,34 @@ local function add_counts(stats, counts)
   end
 end
 
+-- A delivery's dispatch latency, ms, from its admission (admitted_us, the
+-- admitting host's stamp) to now (the store's clock, us), and the stats field
+-- of its bucket. bounds: the buckets' upper bounds, ms, space-separated and
+-- ascending, the last one `inf`.
+local function dispatch_latency(bounds, admitted_us, now)
+  local ms = math.max(0, math.floor((now - (tonumber(admitted_us) or 0)) / 1000))
+  local last = "inf"
+  for bound in string.gmatch(bounds, "%S+") do
+    last = bound
+    local limit = tonumber(bound)
+    if limit == nil or ms <= limit then break end
+  end
+  return "dispatch_ms_le:" .. last, ms
+end
+
 -- After close_attempt: take the delivery off the due set, count its outcome and
 -- dispatch latency (and an observation when o.observed) in o.counts, and tell
 -- its sender's events stream. Idle notices come from `courier`, which has no
 -- stream to tell.
 -- o: {due, counts, events, events_cap, delivery_id, message_id, recipient,
--- sender_id, stage, outcome, latency_bucket, latency_ms, observed}
+-- sender_id, stage, outcome, latency_bounds, admitted_us, now (the store's
+-- time, us, a number), observed}
 local function settle_outcome(o)
   redis.call("ZREM", o.due, o.delivery_id)
   count(o.counts, "outcome:" .. o.outcome, 1)
-  count(o.counts, o.latency_bucket, 1)
-  count(o.counts, "dispatch_ms_sum", tonumber(o.latency_ms))
+  local bucket, latency_ms = dispatch_latency(o.latency_bounds, o.admitted_us, o.now)
+  count(o.counts, bucket, 1)
+  count(o.counts, "dispatch_ms_sum", latency_ms)
   if o.observed then
     count(o.counts, "observed", 1)
   end

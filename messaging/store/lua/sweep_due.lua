@@ -3,14 +3,19 @@
 -- A delivery published again and still not leased (waiting its turn behind a
 -- backlog, or its ticket lost) is looked at again after a grace that doubles
 -- each time, up to MAX_BACKOFF graces (its `sweeps` count; a lease clears it):
--- a long backlog is not published over and over.
+-- a long backlog is not published over and over. Whether a due time has passed
+-- is the store's clock's to say (clock_lib), whoever runs the sweep.
+-- uses: clock_lib
 --
 -- KEYS[1]     due   zset  delivery ids by due time (ms)
 -- KEYS[2..]   dlv   hash  one delivery each
 --
--- ARGV[1]  now, ms (decimal string)
--- ARGV[2]  grace before the same delivery is looked at again, ms
--- ARGV[3]  space-separated transports that are idempotent by delivery id
+-- ARGV[1]  grace before the same delivery is looked at again, ms
+-- ARGV[2]  space-separated transports that are idempotent by delivery id
+--
+-- The caller picks the KEYS from the due set by a reading of read_clock; a
+-- delivery whose due time has not passed by this script's own reading is
+-- left as it is.
 --
 -- Returns a flat array of (delivery id, transport, action), action one of
 --   "publish"  never dispatched, a retry or redrive whose time has come, or an
@@ -23,9 +28,9 @@ local MAX_BACKOFF = 32
 local due_key = KEYS[1]
 local dlv_keys = {}
 for i = 2, #KEYS do dlv_keys[i - 1] = KEYS[i] end
-local now_ms = tonumber(ARGV[1])
-local grace_ms = tonumber(ARGV[2])
-local idempotent_transports = ARGV[3]
+local grace_ms = tonumber(ARGV[1])
+local idempotent_transports = ARGV[2]
+local now_ms = math.floor(clock_us() / 1000)
 
 local idempotent = {}
 for t in string.gmatch(idempotent_transports, "%S+") do idempotent[t] = true end
