@@ -27,17 +27,8 @@ import uuid
 from collections.abc import Sequence
 from itertools import takewhile
 
-from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore, now_ms
-from messaging.store.searchindex import (
-    claim_queue,
-    index_queued,
-    peek_queue,
-    pending_projects,
-    queued_at_ms,
-    release_queue,
-    settle_queue,
-)
+from messaging.store.searchindex import IndexQueues, queued_at_ms
 
 # Entries per index call: a worker's step of a few messages, so that one call
 # holds the store about a millisecond and a delivery waits behind one at most.
@@ -60,9 +51,9 @@ def index_pending(store: DeliveryStore, queues: Sequence[str], transports: Seque
     queue when None) while no project waits on ``queues``, each while none of its
     own deliveries of ``transports`` wait; past ``lag_max_s`` in the queue, up to
     ``overdue_budget`` entries even then. Returns how many it indexed."""
-    run = _Run(store, [keys.ring(queue) for queue in queues], list(transports),
+    run = _Run(store.index_queues, list(queues), list(transports),
                int(lag_max_s * 1000), overdue_budget)
-    todo = list(pending_projects(store.client) if projects is None else projects)
+    todo = list(store.index_queues.pending() if projects is None else projects)
     random.shuffle(todo)  # two indexers at once mostly take different projects
     for project_id in todo:
         if run.over() or not run.project(project_id):
@@ -73,9 +64,9 @@ def index_pending(store: DeliveryStore, queues: Sequence[str], transports: Seque
 class _Run:
     """One indexing run: its deadline, its claim token, what it did."""
 
-    def __init__(self, store: DeliveryStore, rings: list[str], transports: list[str],
+    def __init__(self, queues: IndexQueues, delivery_queues: list[str], transports: list[str],
                  lag_max_ms: int, overdue_budget: int) -> None:
-        self.store, self.rings, self.transports = store, rings, transports
+        self.queues, self.delivery_queues, self.transports = queues, delivery_queues, transports
         self.lag_max_ms, self.budget = lag_max_ms, overdue_budget
         self.token = uuid.uuid4().hex
         self.deadline = time.monotonic() + RUN_MAX_S
@@ -87,31 +78,29 @@ class _Run:
     def project(self, project_id: str) -> bool:
         """Work through one project's queue; False when deliveries wait on the rings
         (the run stops)."""
-        client = self.store.client
         entries, go_on = self._next(project_id)
         # Claimed only with something to do: while deliveries wait, a look costs
         # one round trip per project, not a claim and its release too.
-        if not entries or not claim_queue(client, project_id, self.token, CLAIM_MS):
+        if not entries or not self.queues.claim(project_id, self.token, CLAIM_MS):
             return go_on  # nothing to do now, or another indexer has it
         try:
             while entries:
-                index_queued(client, self.store.scripts, project_id, entries)
+                self.queues.index(project_id, entries)
                 self.done += len(entries)
                 if self.over():
                     return True
                 entries, go_on = self._next(project_id)
             return go_on
         finally:
-            release_queue(client, project_id, self.token)
+            self.queues.release(project_id, self.token)
 
     def _next(self, project_id: str) -> tuple[list[str], bool]:
         """The project's entries to index next (none: nothing now) and whether the run
         may go on to other projects."""
-        client = self.store.client
-        entries, ready, waiting = peek_queue(client, project_id, CHUNK, self.transports,
-                                             self.rings)
+        entries, ready, waiting = self.queues.peek(project_id, CHUNK, self.transports,
+                                                   self.delivery_queues)
         if not entries:
-            settle_queue(client, project_id)
+            self.queues.settle(project_id)
             return [], True
         if waiting or ready:  # deliveries first, but not for ever
             entries = overdue(entries, now_ms() - self.lag_max_ms)[:self.budget]

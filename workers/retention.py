@@ -12,7 +12,6 @@ from messaging.config import get_settings
 from messaging.runtime.celeryconf import RETENTION_TASK
 from messaging.service import archive
 from messaging.service.retention import sweep_project
-from messaging.store import connect, keys
 from messaging.store.retention import RetentionStore
 from workers.app import app
 
@@ -27,7 +26,7 @@ def store() -> RetentionStore:
     """This process's retention store (made after fork, never shared across it)."""
     global _store
     if _store is None or _store[0] != os.getpid():
-        _store = (os.getpid(), RetentionStore(connect.sync_client(get_settings().store_url)))
+        _store = (os.getpid(), RetentionStore.from_url(get_settings().store_url))
     return _store[1]
 
 
@@ -48,7 +47,7 @@ def retain() -> int:
     if settings.retention_s <= 0:
         return 0
     removed = 0
-    for project_id in sorted(str(p) for p in store().client.smembers(keys.PROJECTS)):
+    for project_id in store().project_ids():
         try:
             done = sweep_project(store(), settings.archive_root, project_id,
                                  settings.retention_s, store().clock_us(project_id))

@@ -14,11 +14,8 @@ from messaging import transports
 from messaging.config import get_settings
 from messaging.runtime.celeryconf import DELIVER_TASK, SWEEP_TASK, delivery_queues
 from messaging.runtime.publish import Publisher
-from messaging.service.subscriptions import expire_due_sync
 from messaging.store.deliveries import US_PER_MS, DeliveryStore, Leased, now_ms
 from messaging.store.durability import Durability
-from messaging.store.names import expire_names
-from messaging.store.searchindex import queued_projects
 from messaging.transports import policy
 from messaging.transports.base import Transport
 from workers.app import app
@@ -265,10 +262,10 @@ def sweep() -> int:
         now = store().clock_ms(project_id)
         # Expired subscriptions first: their notices are due at once, so this
         # round publishes them.
-        expire_due_sync(store().client, project_id, now)
+        store().expire_subscriptions(project_id, now)
         # Authorized names that ran out: their waiting mail fails (or, for a
         # name registered meanwhile, is bound and published now).
-        bound = expire_names(store().client, project_id, now * US_PER_MS, now)
+        bound = store().expire_names(project_id, now * US_PER_MS, now)
         actions = store().sweep(project_id, grace_ms, idempotent, now)
         todo = [(project_id, a.transport, a.delivery_id) for a in actions if a.action == "publish"]
         todo += [(project_id, b.transport, b.delivery_id) for b in bound]
@@ -286,7 +283,7 @@ def sweep() -> int:
                      len(todo), project_id, tickets)
     # Every project's search queue, not only those listed as having one: on a
     # cluster, a queue's first entry and its listing may land in either order.
-    queued = queued_projects(store().client, projects)
+    queued = store().index_queues.queued(projects)
     if queued:
         index_after(delivery_queues(), SWEEP_INDEX_OVERDUE, queued)
     return published

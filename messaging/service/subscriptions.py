@@ -3,7 +3,7 @@
 A subscription waits on one exact agent (resolved and pinned when it is made).
 It ends with one notice: ``idle`` or ``exited`` when a presence report changes
 the target to that state, or ``expired`` when ``ttl_s`` runs out first (the
-sweeper calls ``expire_due_sync``). The notice is a message from ``courier``
+sweeper calls ``DeliveryStore.expire_subscriptions``). The notice is a message from ``courier``
 in the subscriber's inbox, delivered like any other, and an ``idle_notice``
 event on the subscriber's stream. Taking the subscription off the waiting list
 and writing its notice happen in one Lua step (``store/lua/notice_lib.lua``),
@@ -34,8 +34,6 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.sending import REASON_CODES, DeliveryPublisher, SendAnswer, send
 from messaging.service.views import label
-from messaging.store.connect import SyncClient
-from messaging.store.live import expire_subscriptions
 from messaging.store.schema import pack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -214,11 +212,3 @@ async def subscribe(
     return SendAnswer(200 if answer["status"] == "exists" else 201, out)
 
 
-def expire_due_sync(redis_client: SyncClient, project_id: str, now_ms: int) -> int:
-    """Send the ``expired`` notice of the project's subscriptions due by ``now_ms``.
-
-    For the sweeper (synchronous redis-py, ``decode_responses=True``). The
-    notices' deliveries are due at once in the outbox, so the sweeper's own
-    round publishes them. Returns how many notices were sent.
-    """
-    return len(expire_subscriptions(redis_client, project_id, now_ms * 1000))

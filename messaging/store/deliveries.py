@@ -17,6 +17,8 @@ from typing import Any
 
 from messaging.store import connect, keys, searchindex
 from messaging.store.durability import Durability, run_durably
+from messaging.store.live import expire_subscriptions
+from messaging.store.names import Bound, expire_names
 from messaging.store.schema import DeliveryField
 from messaging.store.scripts import Scripts, scripts_for
 from messaging.timefmt import now_us
@@ -134,6 +136,7 @@ class DeliveryStore:
     def __init__(self, client: connect.SyncClient, durability: Durability | None = None) -> None:
         self.client = client
         self.scripts = scripts_for(client)
+        self.index_queues = searchindex.IndexQueues(client, self.scripts)
         self.durability = durability or Durability()
 
     @classmethod
@@ -371,6 +374,15 @@ class DeliveryStore:
         else:
             self.client.hdel(pkey, "lane")
         return str(old)
+
+    def expire_subscriptions(self, project_id: str, now_ms: int) -> int:
+        """Send the ``expired`` notice of the project's subscriptions due by ``now_ms``
+        (their deliveries are due at once in the outbox); how many."""
+        return len(expire_subscriptions(self.client, project_id, now_ms * 1000))
+
+    def expire_names(self, project_id: str, now_us: int, due_ms: int) -> list[Bound]:
+        """End what waits for each authorization that ran out (``names.expire_names``)."""
+        return expire_names(self.client, project_id, now_us, due_ms)
 
     def project_ids(self) -> list[str]:
         """Every project (the sweeper's round)."""

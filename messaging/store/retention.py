@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from redis.lock import Lock
 
-from messaging.store import keys
+from messaging.store import connect, keys
 from messaging.store.connect import SyncClient
 from messaging.store.deliveries import clock_us
 from messaging.store.schema import DeliveryField, MessageField, senders, unpack_message
@@ -116,6 +116,15 @@ class RetentionStore:
     def __init__(self, client: SyncClient) -> None:
         self.client = client
         self.scripts = scripts_for(client)
+
+    @classmethod
+    def from_url(cls, url: str) -> RetentionStore:
+        """Retention's store on new connections to ``url``."""
+        return cls(connect.sync_client(url))
+
+    def project_ids(self) -> list[str]:
+        """Every project, in order."""
+        return sorted(str(p) for p in self.client.smembers(keys.PROJECTS))
 
     def clock_us(self, project_id: str | None = None) -> int:
         """The store's time (us) on the node of the project's keys (of the project

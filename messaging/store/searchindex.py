@@ -258,3 +258,40 @@ class SearchIndex:
                                                            args=[json.dumps(args)]))
         found = answer["ids"] if isinstance(answer["ids"], list) else []  # cjson: {} is []
         return IndexPage([str(m) for m in found], answer["next"] or None)
+
+
+class IndexQueues:
+    """The projects' search queues, for the worker's indexer (synchronous client)."""
+
+    def __init__(self, client: SyncClient, scripts: Scripts) -> None:
+        self.client, self.scripts = client, scripts
+
+    def pending(self) -> list[str]:
+        """The projects with entries on their search queues."""
+        return pending_projects(self.client)
+
+    def queued(self, project_ids: Sequence[str]) -> list[str]:
+        """Which of these projects have entries on their search queues."""
+        return queued_projects(self.client, project_ids)
+
+    def peek(self, project_id: str, count: int, transports: Sequence[str],
+             delivery_queues: Sequence[str]) -> tuple[list[str], int, int]:
+        """``peek_queue``, with the rings of these delivery queues."""
+        return peek_queue(self.client, project_id, count, transports,
+                          [keys.ring(queue) for queue in delivery_queues])
+
+    def claim(self, project_id: str, token: str, claim_ms: int) -> bool:
+        """``claim_queue``."""
+        return claim_queue(self.client, project_id, token, claim_ms)
+
+    def release(self, project_id: str, token: str) -> None:
+        """``release_queue``."""
+        release_queue(self.client, project_id, token)
+
+    def settle(self, project_id: str) -> None:
+        """``settle_queue``."""
+        settle_queue(self.client, project_id)
+
+    def index(self, project_id: str, entries: list[str]) -> None:
+        """``index_queued``."""
+        index_queued(self.client, self.scripts, project_id, entries)

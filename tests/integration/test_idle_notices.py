@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from messaging.client import CourierAPIError
-from messaging.service.subscriptions import expire_due_sync
 from messaging.store import keys
+from messaging.store.deliveries import DeliveryStore
 from tests.integration.conftest import Agent, Project
 from tests.stack import ROOT, project_state, wait_until
 
@@ -150,10 +150,11 @@ def test_a_subscription_whose_time_runs_out_gets_one_expired_notice(project: Pro
     bob.api.set_presence("busy")
     sub = subscribe(alice, "Bob", ttl_s=1)
     with project.stack.redis() as r:
-        assert expire_due_sync(r, project.project_id, time.time_ns() // 1_000_000) == 0
+        store = DeliveryStore(r)
+        assert store.expire_subscriptions(project.project_id, time.time_ns() // 1_000_000) == 0
         time.sleep(1.1)
-        expire_due_sync(r, project.project_id, time.time_ns() // 1_000_000)
-        assert expire_due_sync(r, project.project_id, time.time_ns() // 1_000_000) == 0
+        store.expire_subscriptions(project.project_id, time.time_ns() // 1_000_000)
+        assert store.expire_subscriptions(project.project_id, time.time_ns() // 1_000_000) == 0
 
     done = alice.api.subscription(sub["subscription_id"])
     assert (done["state"], done["outcome"]) == ("notified", "expired")
