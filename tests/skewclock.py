@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -83,7 +84,12 @@ class SkewedClocks:
 def worker_offset_s(proc: Proc) -> float:
     """How far a Celery worker's clock is from ours, by the time its log stamped "ready."
     (call it as soon as the line appeared: it is then at most a poll old)."""
+    return log_offset_s(proc.log.read_text(errors="replace"), proc.tail)
+
+
+def log_offset_s(log: str, tail: Callable[[], str] = str) -> float:
+    """``worker_offset_s`` of a worker's log text."""
     now = time.time()
-    found = READY.search(proc.log.read_text(errors="replace"))
-    assert found, f"no ready line in the worker's log:\n{proc.tail()}"
+    found = READY.search(log)
+    assert found, f"no ready line in the worker's log:\n{tail()}"
     return datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp() - now

@@ -15,10 +15,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from messaging.client import CourierAPIError
 from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect, keys
 from tests.integration.conftest import new_project
@@ -190,3 +192,39 @@ def test_at_local_the_ledger_sees_the_sends_a_failover_lost(tmp_path: Path, watc
         assert lost > 0  # the ledger sees a loss where the level allows one
     finally:
         team.close()
+
+
+def test_flower_lists_a_lane_made_after_a_failover_without_a_restart(
+        tmp_path: Path, watched: Watched):
+    team = Team(tmp_path, watched, "local")
+    try:
+        _, url = team.stack.start_flower(["-m", "messaging.launch.flower"])
+        other = new_project(team.stack)
+        with team.stack.client(team.stack.operator_token) as op, httpx.Client(
+                base_url=url, timeout=10, auth=("operator", team.stack.operator_token)) as http:
+            def listed() -> set[str]:
+                answer = http.get("/api/queues/length")
+                return {q["name"] for q in answer.json()["active_queues"]} if (
+                    answer.status_code == 200) else set()
+
+            op.set_lane(team.project_id, "before")
+            wait_until(lambda: "deliver.inbox.before" in listed(), timeout_s=30,
+                       what="Flower listing the first lane")
+            watched.kill_primary()  # returns once the replica is promoted
+            wait_until(lambda: _set_lane(op, other.project_id, "after"), timeout_s=30,
+                       what="a lane set on the new primary")
+            found = wait_until(lambda: (names := listed()) >= {
+                "deliver.inbox.before", "deliver.inbox.after"} and names, timeout_s=30,
+                what="Flower listing the lane the new primary holds")
+        print(f"Flower after a failover lists {sorted(n for n in found if '.inbox.' in n)}")
+    finally:
+        team.close()
+
+
+def _set_lane(op: Any, project_id: str, lane: str) -> bool:
+    """Put the project on the lane; False while the API still refuses (503)."""
+    try:
+        op.set_lane(project_id, lane)
+    except (CourierAPIError, httpx.HTTPError):
+        return False
+    return True

@@ -19,6 +19,7 @@ import pytest
 from messaging.client import CourierClient
 from messaging.launch.embedded import EmbeddedStore
 from tests.netns import HostedStore, Hosts, can_make_hosts, courier, serving
+from tests.skewclock import TOLERANCE_S, SkewedClocks, log_offset_s
 from tests.stack import wait_until
 
 _why_not = can_make_hosts()
@@ -68,10 +69,11 @@ class Deployment:
             "api", COURIER_HOST=self.hosts.address("api"), COURIER_PORT=str(API_PORT)))
         serving(self.url)
 
-    def start_worker(self, host: str, beat: bool = False) -> None:
-        self.hosts.run(host, "worker", courier("run", "worker-inbox"), self.host_env(host))
+    def start_worker(self, host: str, beat: bool = False, **extra: str) -> None:
+        self.hosts.run(host, "worker", courier("run", "worker-inbox"),
+                       self.host_env(host, **extra))
         if beat:
-            self.hosts.run(host, "beat", courier("run", "beat"), self.host_env(host))
+            self.hosts.run(host, "beat", courier("run", "beat"), self.host_env(host, **extra))
 
     def team(self) -> tuple[CourierClient, Any, Any]:
         """A project's admin client, and its sender's and recipient's rows."""
@@ -157,6 +159,48 @@ def test_an_api_host_cut_off_from_the_broker_still_admits_and_the_sweeper_publis
         wait_until(lambda: sorted(_inbox_ids(d.url, bob["token"])) == sorted(sent),
                    timeout_s=60, what="the sweeper publishing what the API could not")
         hosts.unblock("api", "broker")
+        admin.close()
+    finally:
+        d.stop()
+
+
+SKEW_S = 30
+
+
+def test_worker_hosts_with_their_clocks_30_s_off_decide_no_lease_by_them(
+        hosts: Hosts, tmp_path: Path):
+    # Leases run LEASE_S (3 s): by either worker's clock, the other's leases would end
+    # 30 s early or late. Every delivery must be taken once, by the store's clock.
+    clocks = SkewedClocks(tmp_path)
+    d = Deployment(hosts, tmp_path)
+    try:
+        d.start_api()
+        for host, shift in (("worker-a", -SKEW_S), ("worker-b", SKEW_S)):
+            clocks.check(d.env, shift)
+            d.start_worker(host, beat=host == "worker-b", **clocks.env(shift))
+        for host, shift in (("worker-a", -SKEW_S), ("worker-b", SKEW_S)):
+            wait_until(lambda h=host: "ready" in hosts.log(h, "worker"), timeout_s=60,
+                       what=f"{host} up")
+            offset = log_offset_s(hosts.log(host, "worker"))
+            assert abs(offset - shift) <= TOLERANCE_S, (host, offset)
+        admin, alice, bob = d.team()
+        sent: list[str] = []
+        senders = [threading.Thread(target=lambda: sent.extend(
+            _send_many(d.url, alice["token"], 30, 20))) for _ in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(120)
+        assert len(sent) == 120
+        wait_until(lambda: len(_inbox_ids(d.url, bob["token"])) >= len(sent), timeout_s=90,
+                   what="every send in the inbox")
+        time.sleep(2 * LEASE_S)  # a lease misjudged by a host's clock would be retaken now
+        assert sorted(_inbox_ids(d.url, bob["token"])) == sorted(sent)  # each once
+        deliveries = [dl for mid in sent for dl in admin.message_deliveries(mid)]
+        attempts = sorted({len(dl["attempts"]) for dl in deliveries})
+        print(f"workers {-SKEW_S:+d} s and {SKEW_S:+d} s: {len(sent)} delivered once each, "
+              f"attempts per delivery {attempts}")
+        assert attempts == [1]
         admin.close()
     finally:
         d.stop()
