@@ -23,7 +23,8 @@ from tests.stack import STORE, Stack, free_port, make_stack, wait_until
 
 # Each test starts a stack and a replica of its own: the slow tier.
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(STORE == "cluster", reason=(
-    "durability waits need one primary, which the cluster runs do not have"))]
+    "these tests start one primary and its replica of their own; on a cluster, "
+    "tests/integration/cluster/test_cluster_durability.py tests the waits"))]
 
 WAIT_S = 2.0
 
