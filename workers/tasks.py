@@ -160,6 +160,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
     in_ring = waiting
     held = False  # the last take emptied the ready set and holds the turn open
     left = 0  # what the last take left ready
+    dispatcher = Dispatcher(store(), get_settings())
     while True:
         alone = waiting <= 1 and in_ring <= 1
         if held and alone:
@@ -168,7 +169,7 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
                    carrier.batch_size - done)
         # Held only while the turn can go on after the take; the next take closes it.
         hold_ms = HOLD_MS if alone and done + size < carrier.batch_size else 0
-        taken = store().take_ready(project_id, transport, lane, size, hold_ms)
+        taken, leased_now = dispatcher.take(carrier, project_id, lane, size, hold_ms)
         left = taken.left
         if newest_at_start < 0:
             newest_at_start = taken.newest
@@ -179,9 +180,9 @@ def _turn(carrier: Transport, queue: str, lane: str, project_id: str,
             break
         leased: list[Leased] = []
         if taken.delivery_ids:
-            more, leased = Dispatcher(store(), get_settings()).run(
+            more, leased = dispatcher.run(
                 carrier, project_id, taken.delivery_ids,
-                give_way=lambda: store().ring_others(queue, project_id) > 0)
+                give_way=lambda: store().ring_others(queue, project_id) > 0, leased=leased_now)
             counts += more
             done += len(taken.delivery_ids)
         held = taken.held_open

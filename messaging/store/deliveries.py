@@ -26,8 +26,6 @@ from messaging.types import Json
 
 SWEEP_BATCH = 500
 LEASE_FIELDS = 9
-# lease_deliveries' KEYS index (from 1) of the first delivery hash.
-FIRST_DELIVERY_KEY = 4
 # Upper bounds of the dispatch latency histogram (admitted to outcome), ms.
 DISPATCH_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 INF = "inf"
@@ -181,14 +179,7 @@ class DeliveryStore:
             args=[str(lease_ms), "1" if idempotent else "0",
                   str(caps.per_project), str(caps.per_endpoint), str(caps.busy_ms)],
         )
-        out = []
-        for i in range(0, len(raw), LEASE_FIELDS):
-            index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted, \
-                agent = raw[i : i + LEASE_FIELDS]
-            out.append(Leased(delivery_ids[int(index) - FIRST_DELIVERY_KEY], int(fence),
-                              agent_id, message_id, sender_id, int(attempt), int(round_attempt),
-                              int(admitted), agent))
-        return out, [delivery_ids[int(index) - FIRST_DELIVERY_KEY] for index in busy]
+        return _leased(raw, delivery_ids), [delivery_ids[int(index) - 1] for index in busy]
 
     def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
         """Put leased deliveries in their inboxes (once each); False where the lease was lost."""
@@ -276,10 +267,19 @@ class DeliveryStore:
             keys=[keys.project(project_id), keys.ready(project_id, transport),
                   keys.open_turn(project_id, transport)],
             args=[lane, str(count), str(hold_ms)])
-        if int(raw[0]) == 0:
-            return Taken([], 0, str(raw[1]))
-        return Taken([str(d) for d in raw[4:]], int(raw[1]), newest=int(float(raw[2])),
-                     held_open=int(raw[3]) == 1)
+        return _taken(raw)
+
+    def take_lease(self, project_id: str, transport: str, lane: str, count: int,
+                   hold_ms: int, lease_ms: int, idempotent: bool) -> tuple[Taken, list[Leased]]:
+        """``take_ready`` and ``lease`` in one script: what was taken, and what of it
+        was free and is leased now (the rest is someone else's, or due later)."""
+        taken, leased = self.scripts["take_lease"](
+            keys=[keys.project(project_id), keys.ready(project_id, transport),
+                  keys.open_turn(project_id, transport), keys.due(project_id),
+                  keys.agents(project_id), keys.in_flight(project_id)],
+            args=[lane, str(count), str(hold_ms), str(lease_ms), "1" if idempotent else "0"])
+        took = _taken(taken)
+        return took, _leased(leased, took.delivery_ids)
 
     def ready_count(self, project_id: str, transport: str) -> int:
         """How many of the project's deliveries of one transport wait for a turn."""
@@ -409,3 +409,22 @@ class DeliveryStore:
             args=[str(grace_ms), " ".join(idempotent)],
         )
         return [SweepAction(*raw[i : i + 3]) for i in range(0, len(raw), 3)]
+
+
+def _taken(raw: list[Any]) -> Taken:
+    """A take's answer (``take_lib.lua``) as a Taken."""
+    if int(raw[0]) == 0:
+        return Taken([], 0, str(raw[1]))
+    return Taken([str(d) for d in raw[4:]], int(raw[1]), newest=int(float(raw[2])),
+                 held_open=int(raw[3]) == 1)
+
+
+def _leased(raw: list[Any], delivery_ids: list[str]) -> list[Leased]:
+    """The leases ``lease_lib.lua`` answered, each by its place in ``delivery_ids``."""
+    out = []
+    for i in range(0, len(raw), LEASE_FIELDS):
+        index, fence, agent_id, message_id, sender_id, attempt, round_attempt, admitted, \
+            agent = raw[i : i + LEASE_FIELDS]
+        out.append(Leased(delivery_ids[int(index) - 1], int(fence), agent_id, message_id,
+                          sender_id, int(attempt), int(round_attempt), int(admitted), agent))
+    return out

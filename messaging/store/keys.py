@@ -331,3 +331,64 @@ def idempotency(project_id: str, agent_id: str, operation: str, key: str) -> str
     """One idempotency record; the client's key is hashed, never used raw."""
     return f"{_p(project_id)}:idem:{agent_id}:{operation}:{_digest(key)}"
 
+
+
+# The keys a Lua script may derive itself, from the project's prefix and the
+# parts named here, instead of being given them in KEYS: each is in the same
+# slot as every other key of its project (the hash tag), so a script given one
+# key of the project may touch it on a cluster as well. ``lua_library`` spells
+# them for Lua from the functions above: the two cannot drift.
+DERIVED = ("delivery", "message", "inbox", "events", "thread")
+_PROJECT_MARK = "\x00project\x00"
+
+
+def lua_library() -> str:
+    """``keyspace_lib``: the Lua functions naming the keys of ``DERIVED``.
+
+    ``project_prefix(key)`` is the project's prefix in one of its keys;
+    ``keyspace.<name>(prefix, ...)`` the key ``<name>(project_id, ...)`` of this
+    module names, its parts after the project's id given in the same order.
+    """
+    lines = [
+        "-- keyspace_lib: built from messaging/store/keys.py when the scripts are",
+        "-- registered (scripts.py). A key of a project, from that project's prefix.",
+        "local keyspace = {}",
+        "local function project_prefix(key)",
+        f"  return string.match(key, \"^({_lua_pattern(_p('')[:-1])}[^}}]*}})\")",
+        "end",
+    ]
+    for name in DERIVED:
+        lines += _lua_function(name)
+    return "\n".join(lines) + "\n"
+
+
+def _lua_function(name: str) -> list[str]:
+    """One key function of this module as a Lua function of the project's prefix."""
+    build = globals()[name]
+    params = list(build.__code__.co_varnames[1:build.__code__.co_argcount])
+    marks = [f"\x00{param}\x00" for param in params]
+    text = build(_PROJECT_MARK, *marks)
+    prefix = _p(_PROJECT_MARK)
+    if not text.startswith(prefix):
+        raise ValueError(f"keys.{name} is not a key of a project")
+    parts = ["prefix"]
+    rest = text[len(prefix):]
+    for param, mark in zip(params, marks, strict=True):
+        before, found, rest = rest.partition(mark)
+        if not found:  # a part that is digested, or not in the key at all
+            raise ValueError(f"keys.{name} does not spell {param} in its key")
+        parts += [_lua_string(before), param] if before else [param]
+    if rest:
+        parts.append(_lua_string(rest))
+    return [f"function keyspace.{name}({', '.join(['prefix', *params])})",
+            f"  return {' .. '.join(parts)}",
+            "end"]
+
+
+def _lua_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _lua_pattern(text: str) -> str:
+    """``text`` matched literally by a Lua pattern."""
+    return "".join(f"%{c}" if not c.isalnum() else c for c in text)

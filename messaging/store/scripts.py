@@ -3,7 +3,13 @@
 Every ``lua/*.lua`` is an operation, found by glob and registered when a client's
 registry is first built; ``lua/*_lib.lua`` are shared libraries. A script may open
 with ``-- uses: a_lib, b_lib``: the text of those libraries (functions only) is put
-before its own (after its ``#!lua`` flags line), so shared logic lives once. Run one by name::
+before its own (after its ``#!lua`` flags line), so shared logic lives once.
+``keyspace_lib`` is no file: ``keys.lua_library`` writes it from ``keys.py``.
+
+A script touches the keys it is given in KEYS and, besides, only keys of the
+same project that it derives with ``keyspace_lib`` from the prefix of one it
+was given: they share its hash tag, so its cluster slot, and a script that
+serves one project still touches one slot. Run one by name::
 
     scripts_for(client)["admit_message"](keys=[...], args=[...])
 """
@@ -16,14 +22,19 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from messaging.store import keys
+
 USES_RE = re.compile(r"^-- uses: (?P<libs>[\w, ]+)$", re.MULTILINE)
 LUA_DIR = Path(__file__).with_name("lua")
 LIB_SUFFIX = "_lib"
 SHEBANG = "#!lua"
+KEYSPACE_LIB = "keyspace_lib"
 
 
 @cache
 def _text(name: str) -> str:
+    if name == KEYSPACE_LIB:
+        return keys.lua_library()
     return (LUA_DIR / f"{name}.lua").read_text()
 
 

@@ -113,6 +113,12 @@ def open_project(stack: Stack) -> Iterator[Project]:
             c.close()
 
 
+def sent_to_bob(alice: Agent, n: int) -> list[str]:
+    """The delivery ids of ``n`` sends from ``alice`` to Bob."""
+    return [alice.api.send(["Bob"], f"m{i}", "x")["delivery"]["observations"][0]["delivery_id"]
+            for i in range(n)]
+
+
 @pytest.fixture
 def project(stack: Stack) -> Iterator[Project]:
     """A new project: tests never see each other's agents or mail."""

@@ -16,7 +16,7 @@ import pytest
 from messaging.runtime.celeryconf import queue_for
 from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore
-from tests.integration.conftest import Agent, Project, open_project
+from tests.integration.conftest import Agent, Project, open_project, sent_to_bob
 from tests.stack import Stack, wait_until
 
 HELD_MS = 60_000  # held past the test's end unless a take closes it
@@ -27,12 +27,6 @@ INBOX = queue_for("inbox")
 def project(quiet: Stack) -> Iterator[Project]:
     with open_project(quiet) as made:
         yield made
-
-
-def sent(alice: Agent, n: int) -> list[str]:
-    """The delivery ids of ``n`` sends from ``alice`` to Bob."""
-    return [alice.api.send(["Bob"], f"m{i}", "x")["delivery"]["observations"][0]["delivery_id"]
-            for i in range(n)]
 
 
 def pair(project: Project) -> Agent:
@@ -47,7 +41,7 @@ def in_ring(store: DeliveryStore, project_id: str) -> bool:
 
 def test_a_take_that_empties_the_ready_set_holds_the_turn_until_the_next_take(
         project: Project, store: DeliveryStore):
-    first, second = sent(pair(project), 2)
+    first, second = sent_to_bob(pair(project), 2)
 
     taken = store.take_ready(project.project_id, "inbox", "", 10, HELD_MS)
     assert (taken.delivery_ids, taken.left, taken.held_open) == ([first, second], 0, True)
@@ -63,7 +57,7 @@ def test_a_take_that_finds_nothing_or_leaves_mail_holds_nothing(
         project: Project, store: DeliveryStore):
     alice = pair(project)
     assert not store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
-    ids = sent(alice, 3)
+    ids = sent_to_bob(alice, 3)
 
     taken = store.take_ready(project.project_id, "inbox", "", 1, HELD_MS)
     assert (taken.delivery_ids, taken.left, taken.held_open) == (ids[:1], 2, False)
@@ -72,7 +66,7 @@ def test_a_take_that_finds_nothing_or_leaves_mail_holds_nothing(
 
 def test_a_held_turn_whose_worker_never_takes_again_lapses(
         project: Project, store: DeliveryStore):
-    [only] = sent(pair(project), 1)
+    [only] = sent_to_bob(pair(project), 1)
     assert store.take_ready(project.project_id, "inbox", "", 10, 50).held_open
     wait_until(lambda: not store.client.exists(keys.open_turn(project.project_id, "inbox")),
                timeout_s=5, what="the held turn lapsed")
@@ -81,7 +75,7 @@ def test_a_held_turn_whose_worker_never_takes_again_lapses(
 
 def test_a_take_for_a_lane_the_project_left_closes_its_held_turn(
         quiet: Stack, project: Project, store: DeliveryStore):
-    sent(pair(project), 1)
+    sent_to_bob(pair(project), 1)
     assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
     with quiet.operator() as op:
         op.set_lane(project.project_id, "own")
@@ -94,7 +88,7 @@ def test_a_worker_leaving_the_ring_while_another_holds_the_turn_leaves_it_in(
     # Two workers' turns at one project: one found the ready set empty and
     # leaves the ring while the other holds the turn open. Mail that rides on
     # the held turn joins no ring itself, so the project must stay in it.
-    sent(pair(project), 1)
+    sent_to_bob(pair(project), 1)
     assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
     assert store.ring_leave(INBOX, project.project_id, "inbox")
     assert in_ring(store, project.project_id)
@@ -109,20 +103,20 @@ def test_a_send_while_the_turn_is_held_rides_on_it(
     # Out of the ring by hand: a send that found no turn held would put the
     # project back (and publish a ticket); one that rides on the turn does neither.
     alice = pair(project)
-    sent(alice, 1)
+    sent_to_bob(alice, 1)
     assert store.take_ready(project.project_id, "inbox", "", 10, HELD_MS).held_open
     store.client.zrem(keys.ring(INBOX), project.project_id)
     with open_project(quiet) as witness:
         carol = pair(witness)
-        sent(alice, 1)
+        sent_to_bob(alice, 1)
         # One API process publishes in order: once the witness's send put its
         # project in the ring, the first send's was decided.
-        sent(carol, 1)
+        sent_to_bob(carol, 1)
         wait_until(lambda: in_ring(store, witness.project_id), what="the witness in the ring")
         assert not in_ring(store, project.project_id)
 
         # The next take closes the turn; a send after it asks for the ring again.
         taken = store.take_ready(project.project_id, "inbox", "", 10)
         assert (len(taken.delivery_ids), taken.held_open) == (1, False)
-        sent(alice, 1)
+        sent_to_bob(alice, 1)
         wait_until(lambda: in_ring(store, project.project_id), what="the project in the ring")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from redis import asyncio as aioredis
 
+from messaging.store import keys
 from messaging.store.deliveries import DeliveryStore
 from messaging.store.retention import RetentionStore
 from messaging.store.scripts import LUA_DIR, names, scripts_for, source
@@ -38,3 +39,18 @@ def test_one_registry_per_client_shared_by_the_store_classes(stack: Stack):
     assert scripts_for(other) is not scripts_for(sync)
     store = Store(aioredis.Redis())  # the registry is built without a round trip
     assert store.scripts is store.live.scripts is store.names.scripts is store.search.scripts
+
+
+def test_the_keys_lua_derives_are_those_python_builds(stack: Stack):
+    """keyspace_lib run on the server: each derived key, from the prefix of another key
+    of its project, is the key keys.py builds."""
+    client = stack.redis()
+    project_id, part = "PRJ_x1", "DLV_y2"
+    checks = " ".join(
+        f'local {name}_ = keyspace.{name}(prefix, ARGV[2])' for name in keys.DERIVED)
+    listed = ", ".join(f"{name}_" for name in keys.DERIVED)
+    lua = (keys.lua_library()
+           + f"local prefix = project_prefix(ARGV[1])\n{checks}\nreturn {{prefix, {listed}}}")
+    prefix, *derived = client.eval(lua, 0, keys.due(project_id), part)
+    assert keys.project(project_id).startswith(prefix) and prefix.endswith("}")
+    assert derived == [getattr(keys, name)(project_id, part) for name in keys.DERIVED]

@@ -1,14 +1,9 @@
 -- take_ready: a worker's turn at one project: take (remove) the oldest ready
 -- deliveries of one transport, if the project is still on the lane the worker
--- serves. Taking is not leasing: lease_deliveries decides what is free; what a
--- worker took and never leased is due again from the due set (the sweeper).
---
--- A take that empties the ready set may hold the turn open for a few
--- milliseconds: while the open-turn key lives, admission counts the turn as a
--- delivery ready ahead of what it adds, so new mail rides on this turn instead
--- of asking for a ticket of its own. The worker that opened it takes again
--- before it leaves; every take closes what an earlier one opened (it expires
--- by itself only if that worker died).
+-- serves (take_lib). Taking is not leasing: lease_deliveries decides what is
+-- free; what a worker took and never leased is due again from the due set
+-- (the sweeper).
+-- uses: take_lib
 --
 -- KEYS[1]  project  hash    the project (its `lane` field)
 -- KEYS[2]  ready    zset    delivery ids of one transport by when they became ready (ms)
@@ -19,11 +14,7 @@
 -- ARGV[3]  how long to hold the turn open if this take empties the ready set,
 --          ms ("0": never)
 --
--- Returns {0, the project's lane} when it is on another lane (nothing taken),
--- else {1, ready count left, the newest score left (0: none), 1 if the turn
--- is held open else 0, delivery ids taken...}. Scores come from the project's
--- sequence: a newest score past the one a turn saw at its start means
--- deliveries were made ready during the turn.
+-- Returns take_lib's take: {0, lane} or {1, left, newest, held, ids...}.
 
 local project_key = KEYS[1]
 local ready_key = KEYS[2]
@@ -32,25 +23,4 @@ local served_lane = ARGV[1]
 local most = ARGV[2]
 local hold_ms = tonumber(ARGV[3])
 
-local lane = redis.call("HGET", project_key, "lane") or ""
-if lane ~= served_lane then
-  redis.call("DEL", turn_key)
-  return {0, lane}
-end
-local out = {1, 0, 0, 0}
-local popped = redis.call("ZPOPMIN", ready_key, most)
-for i = 1, #popped, 2 do
-  out[#out + 1] = popped[i]
-end
-out[2] = redis.call("ZCARD", ready_key)
-if out[2] == 0 and #popped > 0 and hold_ms > 0 then
-  redis.call("SET", turn_key, "1", "PX", hold_ms)
-  out[4] = 1
-else
-  redis.call("DEL", turn_key)
-end
-local newest = redis.call("ZRANGE", ready_key, -1, -1, "WITHSCORES")
-if newest[2] then
-  out[3] = newest[2]
-end
-return out
+return take(project_key, ready_key, turn_key, served_lane, most, hold_ms)
