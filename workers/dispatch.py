@@ -8,6 +8,8 @@ What is recorded is what is known:
     an exception before the transport handed the request off   failed, at once
     an exception after it (non-idempotent transport)           unknown
     an exception after it (idempotent transport)               retried
+    the store's own trouble after it (idempotent transport)    retried in a second,
+                                                               whatever the schedule
     ``retry`` past the last wait of the schedule               failed
 One delivery's trouble never stops the others of its task.
 """
@@ -20,6 +22,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,7 +31,16 @@ from messaging import transports
 from messaging.config import Settings
 from messaging.errors import from_validation
 from messaging.service.views import message_view
-from messaging.store.deliveries import Caps, DeliveryStore, EndpointHealth, Leased, Result
+from messaging.store.connect import STORE_DOWN
+from messaging.store.deliveries import (
+    Caps,
+    DeliveryStore,
+    EndpointHealth,
+    Leased,
+    Result,
+    Taken,
+)
+from messaging.store.durability import NotDurable
 from messaging.transports import policy
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 from messaging.types import Json
@@ -51,6 +63,21 @@ WAIT_ROUND_S = 0.01
 # own requests end first and leases it again then.
 BUSY_MS = 1000
 MS_PER_S = 1000
+# An idempotent transport's step that met the store away (a failover, a node that
+# no longer serves the slot, a durability wait cut short) is taken again this much
+# later; it spends none of the schedule: the store, not the recipient, was away.
+STORE_AWAY_RETRY_MS = 1000
+STORE_TROUBLE = (*STORE_DOWN, NotDurable)
+
+
+@dataclass(frozen=True)
+class StoreAway(Outcome):
+    """A retry because the store could not finish the step: it says nothing of the
+    recipient's endpoint."""
+
+    @property
+    def endpoint(self) -> str:
+        return ""
 
 
 class Threads:
@@ -122,9 +149,26 @@ class Dispatcher:
         self.store, self.settings = store, settings
         self.health = health(settings)
 
+    def take(self, transport: Transport, project_id: str, lane: str, count: int,
+             hold_ms: int) -> tuple[Taken, list[Leased] | None]:
+        """A turn's take of the project's ready deliveries (``DeliveryStore.take_ready``).
+
+        A transport idempotent by delivery id (the inbox) leases what is free of
+        them in the same script, as ``run`` would lease them all at once right
+        after: the leases, for ``run``. The others lease each delivery just
+        before its request leaves: None.
+        """
+        if not transport.idempotent:
+            return self.store.take_ready(project_id, transport.kind, lane, count, hold_ms), None
+        lease_ms = int(policy.policy(transport.kind, self.settings).lease_s * 1000)
+        return self.store.take_lease(project_id, transport.kind, lane, count, hold_ms,
+                                     lease_ms, True)
+
     def run(self, transport: Transport, project_id: str, delivery_ids: list[str],
-            give_way: Callable[[], bool] | None = None) -> tuple[Counter[str], list[Leased]]:
-        """Lease what is free of these deliveries, carry it, record.
+            give_way: Callable[[], bool] | None = None, leased: list[Leased] | None = None,
+            ) -> tuple[Counter[str], list[Leased]]:
+        """Lease what is free of these deliveries, carry it, record (``leased``: what
+        ``take`` leased of them already).
 
         ``give_way`` answers whether another project waits: a transport that
         carries several at once then leaves its slow requests running (each
@@ -134,7 +178,8 @@ class Dispatcher:
         chosen = policy.policy(transport.kind, self.settings)
         lease_ms = int(chosen.lease_s * 1000)
         if transport.idempotent:
-            leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
+            if leased is None:
+                leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
         caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS)
         if transport.parallel > 1:
@@ -163,7 +208,7 @@ class Dispatcher:
         outcomes: list[Outcome] = []
         for item in prepared:
             if isinstance(item, Delivery):
-                outcomes.append(self._judge(transport, item, next(answers, None)))
+                outcomes.append(judge(transport, item, next(answers, None)))
             else:
                 outcomes.append(item)
         return self._record(transport, project_id, leased, outcomes)
@@ -199,7 +244,7 @@ class Dispatcher:
             if finished:
                 done = [(*running.pop(f), f.result()) for f in finished]
                 counts += self._record(transport, project_id, [d[0] for d in done],
-                                       [self._judge(transport, d[1], d[2]) for d in done])
+                                       [judge(transport, d[1], d[2]) for d in done])
                 todo, busy = busy + todo, []
             elif give_way is not None and give_way():
                 for future, (lease, delivery) in running.items():
@@ -233,7 +278,7 @@ class Dispatcher:
         def record(future: Future[Outcome | BaseException]) -> None:
             try:
                 self._record(transport, project_id, [lease],
-                             [self._judge(transport, delivery, future.result())])
+                             [judge(transport, delivery, future.result())])
             except Exception as e:  # its lease runs out: the sweeper records it
                 log.warning("delivery %s: outcome not recorded: %s", lease.delivery_id,
                             _error(e))
@@ -279,37 +324,13 @@ class Dispatcher:
                 raise LeaseLost(LEASE_LOST)
         return mark
 
-    def _judge(self, transport: Transport, delivery: Delivery,
-               answer: Outcome | BaseException | None) -> Outcome:
-        if isinstance(answer, Outcome):
-            return answer
-        if answer is None:
-            answer = RuntimeError(f"{transport.kind} gave no answer")
-        if not delivery.handed_off:
-            return Outcome(OutcomeKind.FAILED, f"not sent: {_error(answer)}")
-        log.warning("delivery %s: %s crashed after hand-off: %s", delivery.delivery_id,
-                    transport.kind, _error(answer))
-        if transport.idempotent:
-            return Outcome(OutcomeKind.RETRY, f"crashed after hand-off: {_error(answer)}")
-        return Outcome(OutcomeKind.UNKNOWN, f"crashed after hand-off: {_error(answer)}")
-
-    def _result(self, schedule: tuple[float, ...], lease: Leased, outcome: Outcome) -> Result:
-        """What to record of an outcome: a retry waits its turn of the schedule, counted
-        by the store's clock from when it records the retry (never this host's)."""
-        kind, retry_in_ms = str(outcome.kind), 0
-        if outcome.kind == OutcomeKind.RETRY:
-            if lease.round_attempt <= len(schedule):
-                retry_in_ms = int(schedule[lease.round_attempt - 1] * MS_PER_S)
-            else:
-                kind = str(OutcomeKind.FAILED)
-        return Result(kind, retry_in_ms, outcome.error, outcome.displayed, outcome.endpoint)
 
     def _record(self, transport: Transport, project_id: str, leased: list[Leased],
                 outcomes: list[Outcome]) -> Counter[str]:
         if not leased:
             return Counter()
         schedule = policy.policy(transport.kind, self.settings).retry_schedule_s
-        results = [self._result(schedule, lease, outcome)
+        results = [result_of(schedule, lease, outcome)
                    for lease, outcome in zip(leased, outcomes, strict=True)]
         recorded = self.store.record_outcomes(project_id, list(zip(leased, results, strict=True)),
                                               self.health)
@@ -322,3 +343,36 @@ class Dispatcher:
                 log.warning("delivery %s: lease lost before its outcome (%s) was recorded",
                             lease.delivery_id, result.kind)
         return counts
+
+
+def judge(transport: Transport, delivery: Delivery,
+          answer: Outcome | BaseException | None) -> Outcome:
+    """What a transport's answer for one delivery means (the module's table)."""
+    if isinstance(answer, Outcome):
+        return answer
+    if answer is None:
+        answer = RuntimeError(f"{transport.kind} gave no answer")
+    if not delivery.handed_off:
+        return Outcome(OutcomeKind.FAILED, f"not sent: {_error(answer)}")
+    if transport.idempotent and isinstance(answer, STORE_TROUBLE):
+        outcome: Outcome = StoreAway(OutcomeKind.RETRY, f"the store was away: {_error(answer)}")
+    else:
+        outcome = Outcome(OutcomeKind.RETRY if transport.idempotent else OutcomeKind.UNKNOWN,
+                          f"crashed after hand-off: {_error(answer)}")
+    log.warning("delivery %s: %s %s", delivery.delivery_id, transport.kind, outcome.error)
+    return outcome
+
+
+def result_of(schedule: tuple[float, ...], lease: Leased, outcome: Outcome) -> Result:
+    """What to record of an outcome: a retry waits its turn of the schedule (one that
+    met the store away, a second), counted by the store's clock from when it records
+    the retry (never this host's)."""
+    kind, retry_in_ms = str(outcome.kind), 0
+    if isinstance(outcome, StoreAway):
+        retry_in_ms = STORE_AWAY_RETRY_MS
+    elif outcome.kind == OutcomeKind.RETRY:
+        if lease.round_attempt <= len(schedule):
+            retry_in_ms = int(schedule[lease.round_attempt - 1] * MS_PER_S)
+        else:
+            kind = str(OutcomeKind.FAILED)
+    return Result(kind, retry_in_ms, outcome.error, outcome.displayed, outcome.endpoint)
