@@ -65,6 +65,23 @@ class ClusterClient(RedisCluster):
         super().close()
 
 
+class WatchedPool(redis.sentinel.SentinelConnectionPool):
+    """The pool of a primary found by Sentinels, whose ``close`` also closes the
+    clients of the Sentinels asked (redis-py's own leaves them open)."""
+
+    def close(self) -> None:
+        super().close()
+        self.sentinel_manager.close()
+
+
+class AsyncWatchedPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    """``WatchedPool`` for asyncio clients."""
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.sentinel_manager.aclose()
+
+
 def redacted(url: str) -> str:
     """``url`` with its password masked, fit for a log line or an error message."""
     scheme, sep, rest = url.partition("://")
@@ -96,7 +113,8 @@ def sync_client(url: str, **options: Any) -> SyncClient:
         sentinels, name, node = sentinel_parts(url)
         watchers = redis.sentinel.Sentinel(
             sentinels, sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_S})
-        primary: redis.Redis = watchers.master_for(name, **settings, **node)
+        primary: redis.Redis = watchers.master_for(
+            name, connection_pool_class=WatchedPool, **settings, **node)
         return primary
     if is_cluster(url):
         return ClusterClient.from_url(node_url(url), **settings)
@@ -135,7 +153,8 @@ def async_client(url: str, connections: int = POOL_CONNECTIONS, **options: Any) 
         sentinels, name, node = sentinel_parts(url)
         watchers = redis.asyncio.sentinel.Sentinel(
             sentinels, sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_S})
-        async_primary: aioredis.Redis = watchers.master_for(name, **settings, **node)
+        async_primary: aioredis.Redis = watchers.master_for(
+            name, connection_pool_class=AsyncWatchedPool, **settings, **node)
         return async_primary
     if is_cluster(url):
         return AsyncRedisCluster.from_url(node_url(url), **settings)
