@@ -384,6 +384,10 @@ class Store:
         in the same script; the answer's ``ready`` says how many per transport (and
         how many are ready with them: a turn a worker holds open counts as one), and
         ``lane`` the queues they are served on.
+
+        A replay is confirmed at the durability level as an admission is: the script
+        sets its idempotency record's expiry again, a write of this connection that
+        follows the admission it replays, so the wait covers that admission too.
         """
         script_keys, args = self.admission_call(request, rate)
         try:

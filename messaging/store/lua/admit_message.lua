@@ -57,7 +57,8 @@
 --    a worker holds open counts as one delivery ready, ahead of these),
 --    "sender":the sender fields' JSON object, as stored}
 --   {"status":"rate_limited","wait_us":n} (nothing else done)
---   {"status":"replay","message_id":id,"observations":[..]}
+--   {"status":"replay","message_id":id,"observations":[..]} (the record's
+--    expiry set again as it was: the only write)
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
 --   {"status":"recipients","failures":[{"to","reason"}]}
@@ -98,11 +99,27 @@ end
 local fixed = 11 + 2 * #a.ready_kinds
 local recipient_keys = key_groups(KEYS, fixed + 1, #a.recipients, {"dlv", "waiting"})
 
+-- A replay writes the record again as it is, so that the wait after this call
+-- covers the admission that wrote it: a wait confirms the writes of its own
+-- connection only, and that admission may have come on another one, its own
+-- wait not over. Setting the record's own expiry again changes nothing and
+-- needs no memory (a full store still replays); a record kept without one
+-- (none is written so) is set again with it kept.
+local function touch_record(key, rec)
+  local at = redis.call("PEXPIRETIME", key)
+  if at > 0 then
+    redis.call("PEXPIREAT", key, at)
+  else
+    redis.call("SET", key, rec, "KEEPTTL")
+  end
+end
+
 if a.idem_fp ~= "" then
   local rec = redis.call("GET", idem_key)
   if rec then
     local r = cjson.decode(rec)
     if r.fp == a.idem_fp then
+      touch_record(idem_key, rec)
       return cjson.encode({status = "replay", message_id = r.message_id,
         observations = r.observations})
     end
