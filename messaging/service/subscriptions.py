@@ -34,6 +34,7 @@ from messaging.models import (
 from messaging.service.caller import Caller
 from messaging.service.sending import REASON_CODES, DeliveryPublisher, SendAnswer, send
 from messaging.service.views import label
+from messaging.store.live import Subscription
 from messaging.store.schema import pack_message
 from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
@@ -195,20 +196,18 @@ async def subscribe(
     }
     for state in NOTICE_STATES:
         sub[f"notice_{state}"] = _notice_json(state, sub, project["project_key"])
-    entry = {"s": subscriber_id, "m": sub["notice_message_id"], "d": sub["notice_delivery_id"],
-             "t": sub["notice_thread_id"]}
-    answer = await store.live.subscribe(project_id, {
-        "id": sub_id, "target_id": target_id, "expires_ms": str(sub["expires_ms"]),
-        "after_message": sent is not None,
-    }, entry, sub, now, now // 1000 + int(settings.outbox_grace_s * 1000))
-    if answer["status"] == "refused":
-        raise _refused(body.target, answer["reason"], persisted=sent is not None)
-    if answer["status"] == "notified" and answer["transport"]:  # "": held for the user
-        dispatcher.submit(project_id, answer["transport"], answer["delivery_id"])
+    answer = await store.live.subscribe(project_id, Subscription(
+        sub_id, target_id, sub["expires_ms"], sent is not None, subscriber_id, notice_mid,
+        sub["notice_delivery_id"], sub["notice_thread_id"], sub,
+    ), now, now // 1000 + int(settings.outbox_grace_s * 1000))
+    if answer.status == "refused":
+        raise _refused(body.target, answer.reason, persisted=sent is not None)
+    if answer.status == "notified" and answer.transport:  # "": held for the user
+        dispatcher.submit(project_id, answer.transport, answer.delivery_id)
     stored = await store.live.get_subscription(project_id, sub_id)
     if stored is None:
         raise not_found("subscription")
     out = {**view(stored), "message": sent.body if sent else None}
-    return SendAnswer(200 if answer["status"] == "exists" else 201, out)
+    return SendAnswer(200 if answer.status == "exists" else 201, out)
 
 

@@ -37,6 +37,38 @@ class Fired:
     transport: str
 
 
+@dataclass(frozen=True)
+class Subscription:
+    """What the subscribe script is asked: one idle subscription, with its notice's ids.
+
+    ``fields`` is the subscription's hash as it is stored; ``after_message`` says
+    a message was sent with it, so the notice waits for the target's next idle
+    or exit even when it is idle now.
+    """
+
+    subscription_id: str
+    target_id: str
+    expires_ms: int
+    after_message: bool
+    subscriber_id: str
+    notice_message_id: str
+    notice_delivery_id: str
+    notice_thread_id: str
+    fields: Json
+
+
+@dataclass(frozen=True)
+class Subscribed:
+    """What the subscribe script did: ``status`` is ``waiting``, ``notified`` (the
+    notice was sent at once: its delivery and transport, "" when held for the
+    subscriber's user), ``exists`` (a retried request) or ``refused`` (``reason``)."""
+
+    status: str
+    reason: str = ""
+    delivery_id: str = ""
+    transport: str = ""
+
+
 def _fired(flat: list[Any]) -> list[Fired]:
     return [Fired(str(flat[i]), str(flat[i + 1]), str(flat[i + 2]))
             for i in range(0, len(flat), 3)]
@@ -86,20 +118,23 @@ class Live:
             return json.loads(value), ""
         return None, str(value)
 
-    async def subscribe(self, project_id: str, sub: Json, entry: Json, fields: Json,
-                        now_us: int, due_ms: int) -> Json:
-        """Run the subscribe script; its decoded answer.
-
-        ``sub`` holds id, target_id, expires_ms, after_message; ``entry`` the
-        waiting-list entry; ``fields`` the subscription hash; ``due_ms`` is when a
-        notice sent at once is due in the outbox.
-        """
-        flat = [str(v) for kv in fields.items() for v in kv]
+    async def subscribe(self, project_id: str, sub: Subscription, now_us: int,
+                        due_ms: int) -> Subscribed:
+        """Register ``sub`` on its target, or send its notice at once (``due_ms``: when
+        a notice sent at once is due in the outbox)."""
+        entry = {"s": sub.subscriber_id, "m": sub.notice_message_id,
+                 "d": sub.notice_delivery_id, "t": sub.notice_thread_id}
+        request = {"id": sub.subscription_id, "target_id": sub.target_id,
+                   "expires_ms": str(sub.expires_ms), "after_message": sub.after_message,
+                   "entry": entry}
+        flat = [str(v) for kv in sub.fields.items() for v in kv]
         raw = await self.scripts["subscribe"](
-            keys=_shared_keys(project_id) + _notice_keys(project_id, sub["id"], entry),
-            args=[*_shared_args(now_us, due_ms), json.dumps({**sub, "entry": entry}), *flat])
-        answer: Json = json.loads(raw)
-        return answer
+            keys=_shared_keys(project_id) + _notice_keys(project_id, sub.subscription_id,
+                                                         entry),
+            args=[*_shared_args(now_us, due_ms), json.dumps(request), *flat])
+        answer = json.loads(raw)
+        return Subscribed(answer["status"], answer.get("reason", ""),
+                          answer.get("delivery_id", ""), answer.get("transport", ""))
 
     async def get_subscription(self, project_id: str, sub_id: str) -> Json | None:
         """One subscription's hash, or None."""
