@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import multiprocessing
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,6 @@ from messaging import __version__
 from messaging.config import OperatorTokenMissing, Settings, get_settings
 from messaging.errors import CourierError, from_validation
 from messaging.runtime import logs
-from messaging.runtime.children import die_with_parent
 from messaging.runtime.dataversion import check_at_start
 from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
@@ -99,9 +97,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         """Open the store, start the publisher and MCP's sessions; close them at shutdown."""
-        supervisor = multiprocessing.parent_process()
-        if supervisor is not None:  # one of several API processes, under uvicorn's supervisor
-            die_with_parent(supervisor.pid)
         quiet_per_event_logs(settings)
         # The server's own start lines go to uvicorn's logger, which every run shows.
         started = logging.getLogger("uvicorn.error")

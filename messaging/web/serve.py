@@ -33,6 +33,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from messaging.config import get_settings
+from messaging.runtime.children import die_with_parent
 from messaging.web.connections import CourierHttp
 from messaging.web.metrics import METRICS_DIR_ENV
 
@@ -110,9 +111,9 @@ class PortShare(socket.socket):
             where, sock.getsockname()[1])
         return sock
 
-    def __reduce__(self) -> tuple[object, tuple[int, str, int]]:
+    def __reduce__(self) -> tuple[object, tuple[int, str, int, int]]:
         host, port = self.getsockname()[:2]
-        return _bound, (self.family, host, port)
+        return _bound, (self.family, host, port, os.getpid())
 
 
 def shareable(sock: socket.socket) -> socket.socket:
@@ -122,8 +123,10 @@ def shareable(sock: socket.socket) -> socket.socket:
     return sock
 
 
-def _bound(family: int, host: str, port: int) -> socket.socket:
-    """A process's own socket on the shared address."""
+def _bound(family: int, host: str, port: int, supervisor: int) -> socket.socket:
+    """A process's own socket on the shared address, made as the process starts (before
+    it imports the app): from here on it stops when ``supervisor`` dies."""
+    die_with_parent(supervisor)
     sock = shareable(socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP))
     sock.bind((host, port))
     return sock
