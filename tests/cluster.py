@@ -224,6 +224,15 @@ class EmbeddedCluster:
                                   if int(n.replication().get("master_port", 0)) == port), None),
                     FAILOVER_TIMEOUT_S, f"a replica of the shard at slot {shard}")
 
+    def wait_copied(self, shard: int) -> None:
+        """Wait until a replica of ``shard``'s primary has every write the primary
+        had when asked (replication is asynchronous: a write just answered may
+        not have reached it yet)."""
+        primary, replica = self.primary_of(shard), self.replica_of(shard)
+        written = int(primary.replication()["master_repl_offset"])
+        poll(lambda: int(replica.replication().get("slave_repl_offset", -1)) >= written,
+             FAILOVER_TIMEOUT_S, f"node {replica.port} to copy its primary's writes")
+
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL ``node`` (and reap it: its data dir is free to start it again)."""
         assert node.pid is not None
