@@ -13,7 +13,8 @@ traceback per retry: the first record caused by a connection error becomes
 ``lost the connection to the store or broker: <why>``, later ones are held
 back, and a probe pings the store (and broker) every second until they
 answer, then writes one ``connection back`` line naming how long it took and
-how many lines were held back.
+how many lines were held back. A CRITICAL record is never held back: a
+process that stops says why, outage or not.
 
 With ``COURIER_LOG_TASKS`` unset (``courier up`` without ``--log-tasks``), the
 loggers that write a line for every Celery task (received, succeeded), every
@@ -204,8 +205,8 @@ class Outage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Turn the first connection error into the "lost" line; hold back the rest."""
-        if getattr(record, OUTAGE_ATTR, None):
-            return True
+        if getattr(record, OUTAGE_ATTR, None) or record.levelno >= logging.CRITICAL:
+            return True  # a process that stops says why, outage or not
         reason = connection_error(record)
         if reason is None:
             return not self._reconnected(record)

@@ -63,3 +63,18 @@ def test_a_task_failure_from_a_lost_store_becomes_the_lost_line_without_its_trac
     assert record.levelname == "WARNING" and record.exc_info is None
     assert "data" not in record.__dict__
     assert "lost the connection" in record.getMessage()
+
+
+def test_a_process_that_stops_during_an_outage_says_why() -> None:
+    def still_down() -> None:
+        raise redis.exceptions.ConnectionError("refused")
+
+    outage = logs.Outage(probe=still_down, interval_s=60)
+    lost = redis.exceptions.ConnectionError("Error 111 connecting")
+    assert outage.filter(_record("celery.worker.consumer.consumer", "Connection lost", lost))
+    assert not outage.filter(_record("kombu.connection", "retrying", lost))
+    dying = _record("celery.worker", "Unrecoverable error: %r", lost)
+    dying.levelno, dying.levelname = logging.CRITICAL, "CRITICAL"
+    dying.args = (lost,)
+    assert outage.filter(dying)
+    assert dying.exc_info is not None and dying.getMessage().startswith("Unrecoverable error")
