@@ -7,7 +7,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -157,37 +157,107 @@ def _where_deliveries_are(stack: Stack, project_id: str) -> str:
     return f"store: {state}\nworker log:\n" + "\n".join(workers)
 
 
+class BrokerApart:
+    """A stack whose broker is a server of its own, to stop and start again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.broker = EmbeddedStore(root / "broker", port=free_port())
+        self.broker.start()
+        try:
+            self.stack = make_stack(root / "stack", broker_url=self.broker.url)
+        except BaseException:
+            self.broker.stop()
+            raise
+        try:
+            self.admin, self.project_id = _project(self.stack)
+        except BaseException:
+            self.stack.stop()
+            self.broker.stop()
+            raise
+        self.clients = [self.admin]
+
+    def agent(self, name: str) -> CourierClient:
+        """A new agent of the project, as a client closed with the stack."""
+        client = self.stack.client(self.admin.register_agent(self.project_id, name)["token"])
+        self.clients.append(client)
+        return client
+
+    def stop_broker(self) -> None:
+        self.broker.stop()
+
+    def start_broker(self) -> None:
+        self.broker = EmbeddedStore(self.root / "broker", port=self.broker.port)
+        self.broker.start()
+
+    def wait(self, check: Callable[[], object], timeout_s: float, what: str) -> None:
+        """``wait_until``, saying where the project's deliveries are if it times out."""
+        try:
+            wait_until(check, timeout_s, 0.3, what)
+        except AssertionError as exc:
+            where = _where_deliveries_are(self.stack, self.project_id)
+            raise AssertionError(f"{exc}\n{where}") from None
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.stack.stop()
+        self.broker.stop()
+
+
+@pytest.fixture
+def apart(tmp_path: Path) -> Iterator[BrokerApart]:
+    a = BrokerApart(tmp_path)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
 @pytest.mark.timeout(120)
 def test_sends_while_the_broker_is_down_are_admitted_with_a_warning_and_delivered_later(
-        tmp_path: Path):
-    broker = EmbeddedStore(tmp_path / "broker", port=free_port())
-    broker.start()
-    stack = make_stack(tmp_path / "stack", broker_url=broker.url)
-    admin, project_id = _project(stack)
-    try:
-        stack.start_worker()
-        alice = stack.client(admin.register_agent(project_id, "Alice")["token"])
-        bob = stack.client(admin.register_agent(project_id, "Bob")["token"])
-        alice.send(["Bob"], "before", "x")
-        wait_until(lambda: bob.inbox()["messages"], what="delivery with the broker up")
-        broker.stop()
-        during = [alice.send(["Bob"], f"during {i}", "x") for i in range(5)]
-        assert all(m["persisted"] for m in during)
-        warned = wait_until(
-            lambda: any("broker" in w for w in alice.send(["Bob"], "probe", "x")["delivery"][
-                "warnings"]), 20, 0.3, "the broker warning")
-        assert warned
-        broker = EmbeddedStore(tmp_path / "broker", port=broker.port)
-        broker.start()
-        want = {m["id"] for m in during}
-        try:
-            wait_until(lambda: want <= {m["id"] for m in bob.iter_inbox(limit=500)}, 60, 0.5,
-                       "the sends made while the broker was down")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{_where_deliveries_are(stack, project_id)}") from None
-        alice.close()
-        bob.close()
-    finally:
-        admin.close()
-        stack.stop()
-        broker.stop()
+        apart: BrokerApart):
+    apart.stack.start_worker()
+    alice = apart.agent("Alice")
+    bob = apart.agent("Bob")
+    alice.send(["Bob"], "before", "x")
+    wait_until(lambda: bob.inbox()["messages"], what="delivery with the broker up")
+    apart.stop_broker()
+    during = [alice.send(["Bob"], f"during {i}", "x") for i in range(5)]
+    assert all(m["persisted"] for m in during)
+    warned = wait_until(
+        lambda: any("broker" in w for w in alice.send(["Bob"], "probe", "x")["delivery"][
+            "warnings"]), 20, 0.3, "the broker warning")
+    assert warned
+    apart.start_broker()
+    want = {m["id"] for m in during}
+    apart.wait(lambda: want <= {m["id"] for m in bob.iter_inbox(limit=500)}, 60,
+               "the sends made while the broker was down")
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_outlives_a_broker_lost_while_its_task_is_in_flight(
+        apart: BrokerApart, receiver: Receiver):
+    # The message of a task in flight is unacknowledged: losing the broker then
+    # makes the worker restore it while the broker is away, the path on which a
+    # Celery release closed the lost connection twice and the worker stopped.
+    admin, stack = apart.admin, apart.stack
+    receiver.behaviours["/slow"] = lambda n: (time.sleep(3), (200, b"{}"))[1]
+    admin.register_agent(apart.project_id, "Hook",
+                         {"kind": "webhook", "url": receiver.url("/slow")})
+    bob = apart.agent("Bob")
+    alice = apart.agent("Alice")
+    worker = stack.start_worker("deliver.webhook,deliver.inbox,courier.sweep")
+    hooked = alice.send(["Hook"], "slow", "x")
+    wait_until(lambda: receiver.count("/slow") >= 1, 20, 0.05, "the webhook in flight")
+    apart.stop_broker()
+    time.sleep(1)
+    apart.start_broker()
+    after = alice.send(["Bob"], "after", "x")
+    apart.wait(lambda: after["id"] in {m["id"] for m in bob.iter_inbox(limit=50)}, 30,
+               "a send made after the broker came back")
+    assert worker.alive(), worker.tail(60)
+    delivery = hooked["delivery"]["observations"][0]["delivery_id"]
+    apart.wait(lambda: admin.delivery(delivery)["outcome"] in FINAL, 30, "the webhook's end")
+    assert admin.delivery(delivery)["outcome"] == "accepted"
+    assert receiver.count("/slow") == 1
