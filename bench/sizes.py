@@ -37,8 +37,10 @@ class Sizes:
     fairness_quiet_s: float = 20.0
     fairness_window_s: float = 5.0
     fairness_floods: int = 5
-    # (--quick: B's windows leave a gap while the next load generator starts, and a
-    # drain of 1,000 can fall in one; longer windows and a third flood make that rare.)
+    # (--quick: a drain of 2,000 takes about a second, and B's windows leave a gap
+    # while the next load generator starts, a second or more on a loaded machine:
+    # at 10/s B may send nothing in a drain. B sends at 40/s, in longer windows,
+    # and A floods up to six times.)
     # Rendering: B's time under load on each side (alone, beside A's thread), split
     # into turns that alternate, and B's rate of sends and of reads.
     render_s: float = 60.0
@@ -53,6 +55,7 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(admission_s=1.0, warmup_s=0.2, backlog=500, e2e_s=1.5, scale_small=1_000,
               memory_sample=300, scale_large=10_000, scale_load_s=1.0, drain_timeout_s=60.0,
-              search_large=3_000, search_query_s=0.3, fairness_flood=1_000,
-              fairness_quiet_s=2.0, fairness_window_s=2.0, fairness_floods=3,
+              search_large=3_000, search_query_s=0.3, fairness_flood=2_000,
+              fairness_rate_per_s=40.0, fairness_quiet_s=2.0, fairness_window_s=2.0,
+              fairness_floods=6,
               render_s=3.0, render_turns=1, mcp_sends=20)
