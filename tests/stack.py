@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +53,10 @@ def _outgoing_ports_start() -> int:
 # here cannot be taken by some process's outbound socket before its server binds
 # it (a port from bind(0) can, and did).
 _PORTS = range(10000, max(10001, _outgoing_ports_start()))
+# The ports free_port handed out last: each is free until its server binds it, so
+# a test that picks several before starting any (a cluster's ports and bus ports)
+# would otherwise be able to get one twice.
+_HANDED_OUT: deque[int] = deque(maxlen=1024)
 
 
 def children(pid: int) -> list[int]:
@@ -67,15 +72,19 @@ def children(pid: int) -> list[int]:
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now, outside the outgoing ports' range."""
+    """A TCP port nobody listens on right now, outside the outgoing ports' range, and
+    none of those this process handed out lately."""
     for _ in range(1000):
         port = random.choice(_PORTS)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.append(port)
+        return port
     raise RuntimeError(f"no free port in {_PORTS}")
 
 
