@@ -49,7 +49,10 @@ WAIT_S = 15.0
 FOLLOWING = "following the agent's events after"
 BOUND = {"bound_source": {"kind": "t3", "thread_id": "thr-7"}}
 MESSAGES = 200
-P99_MAX_MS = 1_000.0
+# A bound that holds on a loaded 2-core machine running the rest of the suite beside
+# this test (its inbox deliveries alone then reach p99 1 s); the quiet machine's
+# figures are in docs/hosts.md, ten times lower.
+P99_MAX_MS = 2_500.0
 CUTS = 5
 NPM_HOST = {"@modelcontextprotocol/sdk": "1.32.2", "zod": "4.6.7"}
 # The host: the TypeScript SDK's client spawning `courier mcp` over stdio, a handler for

@@ -9,12 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from messaging.store import keys
 from tests.integration.conftest import Project
 from tests.stack import ROOT, wait_until
 
@@ -84,7 +84,11 @@ def test_the_tmux_recipe_types_the_mail_in_only_while_the_pane_is_idle(
          "--exec", f"{script} agent:0.0 '{PROMPT.strip()}'"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)  # the stream is open
+        # The watcher's stream is open (it sees mail sent from now on): on a busy
+        # machine its start takes seconds.
+        with project.stack.redis() as r:
+            wait_until(lambda: r.zcard(keys.open_streams(project.project_id, bob.id)) > 0,
+                       timeout_s=30, what="the watcher's event stream open")
         # The agent is given work, and is busy with it when the mail arrives.
         subprocess.run(["tmux", "send-keys", "-t", "agent:0.0", "-l", "a task"], env=tmux,
                        check=True)
