@@ -203,36 +203,46 @@ def calm(stack: Stack) -> Iterator[tuple[Project, Receiver, str]]:
     receiver.stop()
 
 
+# A neighbour's burst of load (another test file's processes on the same cores) can
+# double any latency for a few seconds, and did; what the tarpit does to the calm
+# project's deliveries, it does in every round. A round past the bound is measured
+# again, with a baseline of its own, up to ROUNDS times.
+ROUNDS = 3
+
+
 @pytest.mark.slow
 def test_a_tarpit_receiver_takes_its_share_of_the_webhook_workers_and_no_more(
         stack: Stack, calm: tuple[Project, Receiver, str]):
     other, receiver, path = calm
     latencies(other, receiver, path, 3)  # warm: connections, imports, first tasks
-    baseline = statistics.median(latencies(other, receiver, path, 15))
 
     stopped = threading.Event()
     tarpit = RawReceiver(drip(stopped))
     attacker = Project(stack)
+    names = [f"Pit{i}" for i in range(3)]
+    rounds: list[tuple[float, float]] = []  # (baseline, during) medians, a round each
     try:
-        names = [f"Pit{i}" for i in range(3)]
         for name in names:
             attacker.hook(name, tarpit.url(f"/{name}"))
-        # More requests than the worker has threads, to three endpoints of one project.
-        sent = [attacker.send(names[i % 3]) for i in range(WORKER_THREADS + 2)]
-        wait_until(lambda: len(tarpit.requests.get("/Pit0", [])) >= PER_ENDPOINT, 15, 0.05,
-                   "the tarpit holding its share")
-        during = statistics.median(latencies(other, receiver, path, 15))
-        assert during <= 2 * max(baseline, 0.02), (
-            f"another project's webhooks took {during * 1000:.0f} ms (median) beside the "
-            f"tarpit, {baseline * 1000:.0f} ms before")
+        for _ in range(ROUNDS):
+            baseline = statistics.median(latencies(other, receiver, path, 15))
+            held = len(tarpit.requests.get("/Pit0", []))
+            # More requests than the worker has threads, to three endpoints of one project.
+            sent = [attacker.send(names[i % 3]) for i in range(WORKER_THREADS + 2)]
+            wait_until(lambda h=held: len(tarpit.requests.get("/Pit0", [])) >= h + PER_ENDPOINT,
+                       15, 0.05, "the tarpit holding its share")
+            during = statistics.median(latencies(other, receiver, path, 15))
+            rounds.append((baseline, during))
+            settle_the_tarpit(attacker, tarpit, sent)
+            if during <= 2 * max(baseline, 0.02):
+                break
+        print(f"\ncalm webhook medians (baseline, beside the tarpit), ms: "
+              f"{[(round(b * 1000), round(d * 1000)) for b, d in rounds]}")
+        assert any(during <= 2 * max(baseline, 0.02) for baseline, during in rounds), (
+            f"another project's webhooks took more than twice their baseline beside the "
+            f"tarpit in each of {len(rounds)} rounds (medians in ms, baseline and beside: "
+            f"{[(round(b * 1000), round(d * 1000)) for b, d in rounds]})")
 
-        # Every tarpit request ends at the deadline, once: unknown, never repeated.
-        records = [attacker.settled(d) for d in sent]
-        assert {r["outcome"] for r in records} == {"unknown"}
-        assert all(len(r["attempts"]) == 1 for r in records)
-        assert all(f"{DEADLINE_S:g} s deadline" in r["attempts"][0]["error"] for r in records)
-        seen = [dlv for ids in tarpit.requests.values() for dlv in ids]
-        assert sorted(seen) == sorted(sent)
         # Within the caps, across both worker processes.
         assert PER_ENDPOINT < tarpit.most_open() <= PER_PROJECT
         assert max(tarpit.most_open(f"/{name}") for name in names) <= PER_ENDPOINT
@@ -240,6 +250,19 @@ def test_a_tarpit_receiver_takes_its_share_of_the_webhook_workers_and_no_more(
         stopped.set()
         tarpit.stop()
         attacker.close()
+
+
+def settle_the_tarpit(attacker: Project, tarpit: RawReceiver, sent: list[str]) -> None:
+    """Every tarpit request of a round ends at the deadline, once: unknown, never
+    repeated."""
+    records = [attacker.settled(d) for d in sent]
+    assert {r["outcome"] for r in records} == {"unknown"}
+    assert all(len(r["attempts"]) == 1 for r in records)
+    assert all(f"{DEADLINE_S:g} s deadline" in r["attempts"][0]["error"] for r in records)
+    with tarpit.lock:
+        seen = [dlv for ids in tarpit.requests.values() for dlv in ids]
+    assert sorted(set(sent) & set(seen)) == sorted(sent)
+    assert len(seen) == len(set(seen))
 
 
 @pytest.mark.slow
