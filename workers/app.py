@@ -17,6 +17,7 @@ from messaging.config import OperatorTokenMissing, SettingsError, get_settings
 from messaging.runtime import logs
 from messaging.runtime.celeryconf import celery_config
 from messaging.runtime.dataversion import check_at_start
+from messaging.store.durability import Durability, shortfalls
 
 # Whatever a worker, beat or Flower writes (beat's schedule, the archive) is
 # its owner's alone, like the rest of the data dir.
@@ -114,8 +115,12 @@ def _freeze_loaded(**_: Any) -> None:
 
 
 def _check_worker(**_: Any) -> None:
-    """A worker starts only on data of a layout this code knows."""
-    check_at_start(get_settings().store_url, "worker")
+    """A worker starts only on data of a layout this code knows, and says so when
+    the store cannot keep the outcomes it records at their durability level."""
+    settings = get_settings()
+    check_at_start(settings.store_url, "worker")
+    for shortfall in shortfalls(settings.store_url, Durability.of(settings)):
+        logging.getLogger("courier.worker").warning("%s", shortfall)
 
 
 def _check_beat(**_: Any) -> None:

@@ -17,10 +17,12 @@ been stored, and may not survive the loss of its node.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions
+from redis.cluster import RedisCluster
 
 from messaging.config import Level, Settings
 from messaging.store import connect
@@ -126,3 +128,59 @@ def run_durably(client: connect.SyncClient, durability: Durability, script: Any,
     except NotDurable as e:
         return reply, e
     return reply, None
+
+
+def shortfalls(url: str, durability: Durability, timeout_s: float = 2.0) -> list[str]:
+    """What keeps every write to the store at ``url``, as it is configured now, short
+    of ``durability``'s level: a sentence for each primary with no append-only file,
+    one it never fsyncs (``appendfsync no``: a wait never counts it), or fewer
+    replicas connected than the level waits for.
+
+    Empty when the level waits for nothing, when each primary can reach it, and
+    when the store does not say (it does not answer, or refuses CONFIG): what it
+    does not say, this does not guess.
+    """
+    if not durability.waits:
+        return []
+    found: list[str] = []
+    with contextlib.suppress(redis.exceptions.RedisError, OSError):
+        client = connect.sync_client(url, socket_timeout=timeout_s,
+                                     socket_connect_timeout=timeout_s)
+        try:
+            for name, server in _primaries(url, client):
+                found += _shortfalls_of(name, server, durability)
+        finally:
+            client.close()
+    return found
+
+
+def _primaries(url: str, client: connect.SyncClient) -> list[tuple[str, redis.Redis]]:
+    """Each primary's name and client: on one server, its URL and ``client`` itself."""
+    if isinstance(client, RedisCluster):
+        cluster: Any = client  # redis-py leaves its nodes untyped
+        return [(node.name, node.redis_connection) for node in cluster.get_primaries()]
+    return [(connect.redacted(url), client)]
+
+
+def _shortfalls_of(name: str, server: redis.Redis, durability: Durability) -> list[str]:
+    try:
+        config = server.config_get("append*")
+    except redis.exceptions.ResponseError:
+        config = {}  # CONFIG renamed or refused: nothing known of the file
+    level = f"COURIER_DURABILITY={durability.level.value}"
+    short = ("so no write reaches that level: every send is answered 503 "
+             "STORE_UNAVAILABLE, and workers log each outcome recorded short of it")
+    out = []
+    if config.get("appendonly") == "no":
+        out.append(f"{level}: the store at {name} keeps no append-only file "
+                   f"(appendonly no), {short}")
+    elif config.get("appendfsync") == "no":
+        out.append(f"{level}: the store at {name} never fsyncs its append-only file "
+                   f"(appendfsync no), {short}")
+    if durability.needed_replicas:
+        connected = int(server.info("replication").get("connected_slaves", 0))
+        if connected < durability.needed_replicas:
+            out.append(f"{level}: the store at {name} has {connected} replicas connected of "
+                       f"the {durability.needed_replicas} each write waits for, {short} "
+                       "until enough are")
+    return out

@@ -28,7 +28,7 @@ from messaging.runtime.logs import quiet_per_event_logs
 from messaging.runtime.publish import BatchPublisher, Publisher
 from messaging.service.events import Hub
 from messaging.service.rendering import Renderer
-from messaging.store.durability import Durability
+from messaging.store.durability import Durability, shortfalls
 from messaging.store.store import Store
 from messaging.web import openapi
 from messaging.web.bodylimit import BodyLimit, request_cap
@@ -107,6 +107,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             started.error("%s", exc)
             raise
         check_at_start(settings.store_url, "api")
+        for shortfall in shortfalls(settings.store_url, Durability.of(settings)):
+            started.warning("%s", shortfall)
         store = Store.from_url(settings.store_url, Durability.of(settings))
         publisher = BatchPublisher(Publisher(settings), store)
         publisher.start()
