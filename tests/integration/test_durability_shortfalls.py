@@ -2,7 +2,9 @@
 (docs/guarantees.md, Durability): no append-only file, one never fsynced, too few
 replicas. Each sentence is checked against what the store then does, on real
 servers: the API and a worker started on such a store say it, and a send is
-answered as the sentence says."""
+answered as the sentence says. A store that never fsyncs is also how the
+``fsync`` level's short wait is tested end to end (the replica level's pauses
+its replica: test_durability.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from messaging.launch.embedded import EmbeddedStore
 from messaging.store import connect
 from messaging.store.durability import Durability, NotDurable, shortfalls
 from tests.cluster import EmbeddedCluster
-from tests.integration.conftest import new_project
-from tests.stack import free_port, make_stack, wait_until
+from tests.integration.conftest import Project, open_project
+from tests.stack import Stack, free_port, make_stack, wait_until
 
 # Each test starts servers of its own.
 pytestmark = pytest.mark.slow
@@ -110,21 +112,39 @@ def test_the_api_and_a_worker_say_it_at_start_and_a_send_is_answered_as_said(
     stack = make_stack(tmp_path, store_kind="node")
     try:
         configure(stack.store, appendfsync="no")  # type: ignore[arg-type]
-        fsync = {"COURIER_DURABILITY": "fsync", "COURIER_DURABILITY_TIMEOUT_S": "0.3"}
+        fsync = {"COURIER_DURABILITY": "fsync", "COURIER_DURABILITY_TIMEOUT_S": "1.5"}
         api, url = stack.start_api(env=fsync)
         worker = stack.start_worker(beat=False, env=fsync)
         for proc in (api, worker):
             wait_until(lambda p=proc: "(appendfsync no)" in p.log.read_text(errors="replace"),
                        10, what=f"the {proc.name}'s line on the store")
-        project = new_project(stack)
-        alice = project.agent("Alice")
-        project.agent("Bob")
-        answer = httpx.post(f"{url}/v1/messages", timeout=10, json={
-            "to": ["Bob"], "subject": "Handoff", "body_md": "Take it."},
-            headers={"Authorization": f"Bearer {alice.row['token']}"})
-        assert answer.status_code == 503, answer.text
-        assert answer.json()["error"]["code"] == "STORE_UNAVAILABLE"
-        for c in project.clients:
-            c.close()
+        with open_project(stack) as project:
+            check_a_send_as_said(stack, url, project)
     finally:
         stack.stop()
+
+
+def check_a_send_as_said(stack: Stack, url: str, project: Project) -> None:
+    """A send is answered 503, persisted unknown, while the store never fsyncs; once
+    it does again (set right, no restart), the send's retry replays it."""
+    alice = project.agent("Alice")
+    project.agent("Bob")
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {alice.row['token']}"}) as http:
+        def send(key: str) -> httpx.Response:
+            return http.post("/v1/messages", json={
+                "to": ["Bob"], "subject": "Handoff", "body_md": "Take it.",
+                "idempotency_key": key})
+
+        short = send("k1")
+        assert short.status_code == 503, short.text
+        assert short.json()["persisted"] is None
+        assert short.json()["error"]["code"] == "STORE_UNAVAILABLE"
+        assert short.json()["error"]["details"]["durability"] == "fsync"
+
+        configure(stack.store, appendfsync="everysec")  # type: ignore[arg-type]
+        replayed = wait_until(lambda: (r := send("k1")).status_code != 503 and r, 15,
+                              what="the retry answered")
+        assert replayed.status_code == 200, replayed.text
+        assert replayed.json()["idempotent_replay"] is True
+        assert send("k2").status_code == 201
