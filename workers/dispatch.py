@@ -324,7 +324,6 @@ class Dispatcher:
                 raise LeaseLost(LEASE_LOST)
         return mark
 
-
     def _record(self, transport: Transport, project_id: str, leased: list[Leased],
                 outcomes: list[Outcome]) -> Counter[str]:
         if not leased:
