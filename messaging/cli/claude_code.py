@@ -340,7 +340,7 @@ class Hook:
                          unread_only=unread or None, unobserved_only=(not unread) or None,
                          body_max_chars=CONTEXT_MAX_CHARS)
         messages: list[Json] = page["messages"]
-        if any(m.get("pushed_ts") for m in messages):
+        if messages:  # a push the server never heard of is confirmed by its seal too
             seals_in(str(self.event.get("transcript_path") or ""), session)
         shown, sealed = set(session.shown), set(session.seals)
         channels = None
