@@ -7,7 +7,7 @@ RUN useradd --system --create-home --uid 10001 courier \
  && mkdir /data && chown courier /data && chmod 700 /data
 WORKDIR /app
 
-# Dependencies first, pinned (constraints.txt, from `./dev constraints`): this
+# Dependencies first, pinned (constraints.txt, from `./dev lock`): this
 # layer is built again only when they change, not on every edit of the source.
 COPY constraints.txt ./
 RUN pip install --no-cache-dir -r constraints.txt

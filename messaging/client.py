@@ -98,6 +98,23 @@ class CourierAPIError(Exception):
         super().__init__(f"{status} {self.code}: {error.get('message', '')}")
 
 
+class CourierUnreachable(OSError):
+    """No answer from the server: no connection, a timeout, or a stream that broke.
+
+    The one form in which the client lets httpx's errors out (the httpx error is
+    its ``__cause__``); an ``OSError``, as a connection that failed is.
+    """
+
+
+@contextlib.contextmanager
+def _answered() -> Iterator[None]:
+    """Translate a request's httpx error (no answer) into CourierUnreachable."""
+    try:
+        yield
+    except httpx.RequestError as e:
+        raise CourierUnreachable(str(e) or type(e).__name__) from e
+
+
 def error_of(response: httpx.Response) -> CourierAPIError:
     """The error of an answer that is not a 2xx, read whole: its body in the API's shape,
     or its first characters as the message."""
@@ -131,8 +148,10 @@ class CourierClient:
 
         Raises:
             CourierAPIError: the server answered with an error.
+            CourierUnreachable: the server did not answer.
         """
-        response = self.http.request(method, path, **kwargs)
+        with _answered():
+            response = self.http.request(method, path, **kwargs)
         try:
             body = response.json()
         except ValueError:
@@ -260,15 +279,18 @@ class CourierClient:
 
         Raises:
             CourierAPIError: the server refused the stream.
+            CourierUnreachable: without ``reconnect``, the stream could not be opened
+                or broke.
         """
         while True:
             try:
-                with contextlib.closing(self._events_once(last_event_id, read_timeout_s)) as once:
+                with _answered(), contextlib.closing(
+                        self._events_once(last_event_id, read_timeout_s)) as once:
                     for event in once:
                         if event.id is not None:
                             last_event_id = event.id
                         yield event
-            except httpx.TransportError:
+            except CourierUnreachable:
                 if not reconnect:
                     raise
             if not reconnect:

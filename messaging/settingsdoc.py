@@ -1,27 +1,25 @@
 """The settings reference, docs/configuration.md, generated from the code.
 
-``python -m messaging.settingsdoc > docs/configuration.md`` writes it from the
+``python tools/configuration_doc.py > docs/configuration.md`` writes it from the
 settings class (every field, its default and its description) and from the
-CLI's options that read an environment variable of their own. A unit test
-fails when the file differs from what this prints, or when a setting has no
-description.
+CLI's options that read an environment variable of their own. The CLI's
+command tree is handed in, so this module, beside the layers, imports none of
+them. A unit test fails when the file differs from what this prints, or when
+a setting has no description.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import typer.main
 
 from messaging.config import Settings
 
 PREFIX = "COURIER_"
 # The default of a setting computed at start (its description says how).
 COMPUTED = "computed"
-GENERATED = "python -m messaging.settingsdoc > docs/configuration.md"
+GENERATED = "python tools/configuration_doc.py > docs/configuration.md"
 HEADER = f"""# Configuration
 
 <!-- Generated from the code by `{GENERATED}`: edit the descriptions there. -->
@@ -84,14 +82,12 @@ def _commands(group: Any, path: str = "courier") -> Iterator[tuple[str, Any]]:
         yield from _commands(command, f"{path} {name}")
 
 
-def cli_rows() -> list[tuple[str, str, str]]:
-    """(variable, option, help) of every CLI option read from the environment that is
-    not a server setting."""
-    from messaging.cli import app
-
+def cli_rows(cli: Any) -> list[tuple[str, str, str]]:
+    """(variable, option, help) of every option of ``cli`` (the CLI's click command)
+    read from the environment that is not a server setting."""
     server = {env_name(name) for name in Settings.model_fields}
     found: dict[str, tuple[str, str]] = {}
-    for _, command in _commands(typer.main.get_command(app)):
+    for _, command in _commands(cli):
         for param in command.params:
             envvars = [param.envvar] if isinstance(param.envvar, str) else param.envvar or []
             for var in envvars:
@@ -103,21 +99,12 @@ def cli_rows() -> list[tuple[str, str, str]]:
     return [(var, option, text) for var, (option, text) in sorted(found.items())]
 
 
-def markdown() -> str:
-    """docs/configuration.md."""
+def markdown(cli: Any) -> str:
+    """docs/configuration.md, with the options of ``cli`` (the CLI's click command)."""
     out = [HEADER, "\n", SERVER]
     out += [f"| `{var}` | {_cell(default)} | {_cell(text)} |\n"
             for var, default, text in server_rows()]
     out += ["\n", CLI]
-    out += [f"| `{var}` | `{option}` | {_cell(text)} |\n" for var, option, text in cli_rows()]
+    out += [f"| `{var}` | `{option}` | {_cell(text)} |\n" for var, option, text in cli_rows(cli)]
     return "".join(out)
 
-
-def main() -> int:
-    """Print docs/configuration.md."""
-    sys.stdout.write(markdown())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
-from messaging.client import CourierAPIError
+from messaging.client import CourierAPIError, CourierUnreachable
 from messaging.store import connect, keys
 from messaging.store.schema import DeliveryField
 from tests.integration.conftest import new_project
@@ -223,7 +223,7 @@ def set_lane(op: Any, project_id: str, lane: str) -> bool:
     """Put the project on the lane; False while the API still refuses (503)."""
     try:
         op.set_lane(project_id, lane)
-    except (CourierAPIError, httpx.HTTPError):
+    except (CourierAPIError, CourierUnreachable):
         return False
     return True
 

@@ -1,10 +1,11 @@
 """Write constraints.txt: the versions this venv holds of everything Courier needs to run.
 
-``./dev constraints`` runs it. It walks Courier's runtime requirements
-(no extras: the image runs against an external store) through the installed
-distributions' metadata, markers evaluated for this interpreter, and pins
-each one at the version installed here. The Dockerfile installs exactly
-these before it copies the source.
+``./dev lock`` runs it, once the venv holds what requirements.lock pins. It
+walks Courier's runtime requirements (no extras: the image runs against an
+external store) through the installed distributions' metadata, markers
+evaluated for this interpreter, and pins each one at the version installed
+here, the lock's. The Dockerfile installs exactly these before it copies the
+source.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ TARGET = ROOT / "constraints.txt"
 PROJECT = "agent-courier"
 HEADER = """\
 # Courier's runtime dependencies, pinned: what the image installs before the
-# source (Dockerfile). Generated from a working venv by `./dev constraints`;
-# regenerate after changing pyproject.toml's dependencies.
+# source (Dockerfile). Generated from the venv, at requirements.lock's versions,
+# by `./dev lock`; regenerate after changing pyproject.toml's dependencies.
 """
 
 

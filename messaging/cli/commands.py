@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 
 from messaging import __version__
@@ -37,7 +36,7 @@ from messaging.cli.io import (
     unreachable,
     visible,
 )
-from messaging.client import CourierAPIError, CourierClient, Event
+from messaging.client import CourierAPIError, CourierClient, CourierUnreachable, Event
 from messaging.config import OperatorTokenMissing, get_settings
 from messaging.types import Json
 
@@ -167,7 +166,7 @@ def _operator_call(url: str | None, token: str | None, as_json: bool, fn: Any,
         hint = (f"\nthe operator token from {source} is not this server's: pass the one in "
                 "its data directory") if e.status == 401 else ""
         refused(e, as_json, hint)
-    except (httpx.TransportError, OSError) as e:
+    except (CourierUnreachable, OSError) as e:
         unreachable(url, e)
 
 

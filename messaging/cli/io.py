@@ -18,13 +18,12 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from messaging.client import CourierAPIError, CourierClient
+from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
 from messaging.config import get_settings
 
 
@@ -182,7 +181,7 @@ def call(url: str | None, token: str | None, fn: Callable[..., Any], *args: Any,
             return fn(client, *args, **kwargs)
         except CourierAPIError as e:
             refused(e, as_json)
-        except (httpx.TransportError, OSError) as e:
+        except (CourierUnreachable, OSError) as e:
             unreachable(url, e)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from messaging.client import CourierAPIError, CourierClient
+from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
 from messaging.store import keys, version
 from tests.stack import ROOT, START_TIMEOUT_S, Proc, Stack, make_stack, wait_until
 
@@ -98,7 +98,7 @@ class Sender:
             try:
                 self.sent.append(self.client.request("POST", "/v1/messages", json=body)["id"])
                 i += 1
-            except (httpx.TransportError, CourierAPIError):
+            except (CourierUnreachable, CourierAPIError):
                 time.sleep(0.05)  # an API restarting: the same send again
             time.sleep(0.01)
 
