@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -88,6 +88,8 @@ def _rows(answer: Json, field: str) -> list[Json]:
 class CourierAPIError(Exception):
     """An error answer of the API, with its code and details."""
 
+    retry_after_s: float | None = None  # the answer's Retry-After, when it gave one
+
     def __init__(self, status: int, body: Json) -> None:
         error = body.get("error") or {}
         self.status = status
@@ -117,12 +119,34 @@ def _answered() -> Iterator[None]:
 
 def error_of(response: httpx.Response) -> CourierAPIError:
     """The error of an answer that is not a 2xx, read whole: its body in the API's shape,
-    or its first characters as the message."""
+    or its first characters as the message; a ``Retry-After`` of whole seconds as
+    ``retry_after_s``."""
     try:
         body = response.json()
     except ValueError:
         body = {"error": {"code": "UNKNOWN", "message": response.text[:200]}}
-    return CourierAPIError(response.status_code, body)
+    error = CourierAPIError(response.status_code, body)
+    retry_after = response.headers.get("Retry-After", "")
+    error.retry_after_s = float(retry_after) if retry_after.isdigit() else None
+    return error
+
+
+def _answer(response: httpx.Response) -> Json:
+    """A read answer's JSON, or the CourierAPIError it is."""
+    if not response.is_success:
+        raise error_of(response)
+    try:
+        body: Json = response.json()
+    except ValueError:
+        raise CourierAPIError(response.status_code, {"error": {
+            "code": "UNKNOWN", "message": response.text[:200]}}) from None
+    return body
+
+
+def _query(params: Json) -> Json:
+    """Query parameters as the API reads them: booleans as true/false, None left out."""
+    return {k: ("true" if v else "false") if isinstance(v, bool) else v
+            for k, v in params.items() if v is not None}
 
 
 class CourierClient:
@@ -418,3 +442,77 @@ class CourierClient:
             if value is not None:
                 params["from" if key == "sender" else key] = value
         return self.request("GET", "/v1/agents/me/search", params=params)
+
+
+class AsyncCourierClient:
+    """``CourierClient``'s twin for asyncio hosts (``courier mcp``): the calls a host
+    makes, the same errors (CourierAPIError, CourierUnreachable)."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncCourierClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Json:
+        """One call; a 2xx answer's JSON.
+
+        Raises:
+            CourierAPIError: the server answered with an error.
+            CourierUnreachable: the server did not answer.
+        """
+        with _answered():
+            response = await self.http.request(method, path, **kwargs)
+        return _answer(response)
+
+    async def inbox(self, cursor: str | None = None, limit: int = 50,
+                    **filters: Any) -> Json:
+        """One inbox page: ``{"messages", "next_cursor"}``."""
+        params = _query({"limit": limit, "cursor": cursor or None, **filters})
+        return await self.request("GET", "/v1/agents/me/inbox", params=params)
+
+    async def host_event(self, delivery_id: str, kind: str, detail: str | None = None,
+                         timeout_s: float | None = None) -> Json:
+        """Tell Courier what else this agent's host did with the delivery."""
+        body: Json = {"kind": kind, **({"detail": detail} if detail is not None else {})}
+        extra: Json = {} if timeout_s is None else {"timeout": timeout_s}
+        return await self.request("POST", f"/v1/deliveries/{delivery_id}/host-events",
+                                  json=body, **extra)
+
+    @contextlib.asynccontextmanager
+    async def event_lines(self, last_event_id: str | None = None,
+                          read_timeout_s: float = EVENTS_READ_TIMEOUT_S
+                          ) -> AsyncIterator[AsyncIterator[str]]:
+        """The lines of this agent's event stream, after ``last_event_id`` (from now when
+        None), once: a host that resumes opens it again.
+
+        Raises:
+            CourierAPIError: the server refused the stream.
+            CourierUnreachable: no answer, or the stream broke.
+        """
+        headers = {"Accept": "text/event-stream",
+                   **({"Last-Event-ID": last_event_id} if last_event_id else {})}
+        timeout = httpx.Timeout(self.http.timeout.connect, read=read_timeout_s)
+        with _answered():
+            async with self.http.stream("GET", "/v1/agents/me/events", headers=headers,
+                                        timeout=timeout) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise error_of(response)
+                yield _lines(response)
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[str]:
+    with _answered():
+        async for line in response.aiter_lines():
+            yield line

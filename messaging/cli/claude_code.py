@@ -41,9 +41,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
-from messaging.client import CourierAPIError, CourierClient
+from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
 from messaging.hosts.wrapping import (
     CONTEXT_MAX_CHARS,
     MESSAGE_TAG,
@@ -406,8 +404,11 @@ def answer(options: Options, stdin: str) -> Json:
         return Hook(event, options, token, store).run()
     except CourierAPIError as e:
         raise HookError(f"Courier refused: {e}") from None
-    except (httpx.HTTPError, OSError) as e:
-        raise HookError(f"Courier at {url} did not answer: {type(e).__name__}") from None
+    except CourierUnreachable as e:
+        raise HookError(f"Courier at {url} did not answer: {type(e.__cause__).__name__}") \
+            from None
+    except OSError as e:
+        raise HookError(f"the session's state could not be kept: {e}") from None
 
 
 def main(options: Options, stdin: str) -> int:

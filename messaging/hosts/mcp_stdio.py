@@ -43,7 +43,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import anyio
-import httpx
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -54,7 +53,14 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from messaging import __version__ as COURIER_VERSION
-from messaging.client import EVENTS_READ_TIMEOUT_S, CourierAPIError, Event, EventParser, error_of
+from messaging.client import (
+    EVENTS_READ_TIMEOUT_S,
+    AsyncCourierClient,
+    CourierAPIError,
+    CourierUnreachable,
+    Event,
+    EventParser,
+)
 from messaging.hosts.wrapping import (
     CONTEXT_MAX_CHARS,
     SEAL_KEY,
@@ -71,8 +77,6 @@ CHANNEL_CAPABILITY = "claude/channel"
 CHANNEL_METHOD = "notifications/claude/channel"
 INBOX_URI = "courier://inbox"
 MCP_PATH = "/mcp"
-EVENTS_PATH = "/v1/agents/me/events"
-INBOX_PATH = "/v1/agents/me/inbox"
 # The version the server's /mcp is asked at: stateless, every request stands alone.
 UPSTREAM_VERSION = LATEST_HANDSHAKE_VERSION
 UPSTREAM_HEADERS = {"Accept": "application/json, text/event-stream",
@@ -147,27 +151,18 @@ def tool_error(body: Json) -> Json:
             "structuredContent": body, "isError": True}
 
 
-class Refused(Exception):
-    """The server would not open the event stream."""
-
-    def __init__(self, error: CourierAPIError, retry_after_s: float | None) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.retry_after_s = retry_after_s
-
-
 class Courier:
-    """The agent's server, spoken to as any client does: ``/mcp``, the inbox, the events."""
+    """The agent's server, spoken to as any client does (``AsyncCourierClient``): ``/mcp``,
+    the inbox, the host events, the event stream."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/")
         self.token = token
-        self.http = httpx.AsyncClient(base_url=self.url, timeout=REQUEST_TIMEOUT_S,
-                                      headers={"Authorization": f"Bearer {token}"})
+        self.api = AsyncCourierClient(self.url, token, timeout_s=REQUEST_TIMEOUT_S)
         self._ids = itertools.count(1)
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.api.aclose()
 
     async def rpc(self, method: str, params: Json | None = None,
                   timeout_s: float = REQUEST_TIMEOUT_S) -> Json:
@@ -176,16 +171,13 @@ class Courier:
         Raises:
             MCPError: the JSON-RPC error it answered.
             CourierAPIError: an HTTP refusal (a bad token, a rate limit) in the API's shape.
-            httpx.HTTPError: no answer.
+            CourierUnreachable: no answer.
         """
         body: Json = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
         if params is not None:
             body["params"] = params
-        response = await self.http.post(MCP_PATH, json=body, headers=UPSTREAM_HEADERS,
+        answer = await self.api.request("POST", MCP_PATH, json=body, headers=UPSTREAM_HEADERS,
                                         timeout=timeout_s)
-        if not response.is_success:
-            raise error_of(response)
-        answer: Json = response.json()
         if "error" in answer:
             error = answer["error"]
             raise MCPError(int(error.get("code", types.INTERNAL_ERROR)),
@@ -200,7 +192,7 @@ class Courier:
                 "protocolVersion": UPSTREAM_VERSION, "capabilities": {},
                 "clientInfo": {"name": "courier-mcp", "version": COURIER_VERSION}},
                 timeout_s=START_TIMEOUT_S)
-        except (MCPError, CourierAPIError, httpx.HTTPError, ValueError) as exc:
+        except (MCPError, CourierAPIError, CourierUnreachable, KeyError) as exc:
             note(f"{self.url}{MCP_PATH} did not answer ({exc}); starting without its "
                  "instructions")
             return FALLBACK_INSTRUCTIONS
@@ -211,47 +203,27 @@ class Courier:
 
         Raises:
             CourierAPIError: the server refused.
-            httpx.HTTPError: no answer.
+            CourierUnreachable: no answer.
         """
-        params = {"unread_only": "true", "wake_only": "true", "limit": str(INBOX_PAGE),
-                  **({"cursor": cursor} if cursor else {})}
-        response = await self.http.get(INBOX_PATH, params=params)
-        if not response.is_success:
-            raise error_of(response)
-        page: Json = response.json()
-        return page
+        return await self.api.inbox(cursor, limit=INBOX_PAGE, unread_only=True, wake_only=True)
 
     async def pushed(self, delivery_id: str) -> None:
         """Record that the delivery was pushed into the session (its ``pushed`` host
         event); a server that does not take it is said on stderr, and the push stands."""
         try:
-            response = await self.http.post(f"/v1/deliveries/{delivery_id}/host-events",
-                                            json={"kind": "pushed"}, timeout=RECORD_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            note(f"could not record the push of {delivery_id} ({type(exc).__name__})")
-            return
-        if not response.is_success:
-            note(f"the server did not record the push of {delivery_id} "
-                 f"({error_of(response)})")
+            await self.api.host_event(delivery_id, "pushed", timeout_s=RECORD_TIMEOUT_S)
+        except (CourierAPIError, CourierUnreachable) as exc:
+            note(f"could not record the push of {delivery_id} ({exc})")
 
-    @contextlib.asynccontextmanager
-    async def events(self, after: str | None) -> AsyncIterator[AsyncIterator[str]]:
+    def events(self, after: str | None) -> contextlib.AbstractAsyncContextManager[
+            AsyncIterator[str]]:
         """The lines of the agent's event stream, after ``after`` (from now when None).
 
         Raises:
-            Refused: the server answered with an error.
-            httpx.HTTPError: no answer, or the stream broke.
+            CourierAPIError: the server refused (``retry_after_s`` from its answer).
+            CourierUnreachable: no answer, or the stream broke.
         """
-        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": after} if after else {})}
-        timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=EVENTS_READ_TIMEOUT_S)
-        async with self.http.stream("GET", EVENTS_PATH, headers=headers,
-                                    timeout=timeout) as response:
-            if not response.is_success:
-                await response.aread()
-                retry_after = response.headers.get("Retry-After", "")
-                raise Refused(error_of(response),
-                              float(retry_after) if retry_after.isdigit() else None)
-            yield response.aiter_lines()
+        return self.api.event_lines(after, read_timeout_s=EVENTS_READ_TIMEOUT_S)
 
 
 class Sink(Protocol):
@@ -348,7 +320,7 @@ class Pushes:
         for _ in range(RESYNC_MAX // INBOX_PAGE):
             try:
                 page = await self.courier.inbox(cursor)
-            except (CourierAPIError, httpx.HTTPError, ValueError) as exc:
+            except (CourierAPIError, CourierUnreachable) as exc:
                 note(f"the inbox did not answer ({exc}); its unread mail waits there")
                 return
             for message in page["messages"]:
@@ -380,15 +352,15 @@ async def follow(courier: Courier, pushes: Pushes) -> None:
                     if event.id is not None:
                         after = event.id
             reason = "the server ended the stream"
-        except Refused as exc:
-            if exc.error.status in (401, 403):
+        except CourierAPIError as exc:
+            if exc.status in (401, 403):
                 note(f"the server refused the event stream ({exc}): no mail is pushed; "
                      "courier mcp needs an agent's token")
                 return
             reason = str(exc)
             wait_s = max(wait_s, exc.retry_after_s or 0.0)
-        except httpx.HTTPError as exc:
-            reason = f"{type(exc).__name__} {exc}".strip()
+        except CourierUnreachable as exc:
+            reason = f"{type(exc.__cause__).__name__} {exc}".strip()
         note(f"the event stream broke ({reason}); resuming after {after} in {wait_s:g} s")
         await anyio.sleep(wait_s)
         wait_s = min(wait_s * 2, RETRY_MAX_S)
@@ -404,7 +376,7 @@ class Handlers:
     def __init__(self, courier: Courier, pushes: Pushes) -> None:
         self.courier, self.pushes = courier, pushes
 
-    def _unanswered(self, exc: CourierAPIError | httpx.HTTPError) -> MCPError:
+    def _unanswered(self, exc: CourierAPIError | CourierUnreachable) -> MCPError:
         if isinstance(exc, CourierAPIError):
             return MCPError(types.INTERNAL_ERROR, str(exc), exc.body)
         return MCPError(types.INTERNAL_ERROR,
@@ -415,7 +387,7 @@ class Handlers:
         try:
             listed = await self.courier.rpc("tools/list", ({"cursor": params.cursor}
                                                            if params.cursor else None))
-        except (CourierAPIError, httpx.HTTPError) as exc:
+        except (CourierAPIError, CourierUnreachable) as exc:
             raise self._unanswered(exc) from exc
         return types.ListToolsResult.model_validate(listed)
 
@@ -429,13 +401,13 @@ class Handlers:
                                                          "arguments": params.arguments or {}})
         except CourierAPIError as exc:
             return tool_error(exc.body)
-        except httpx.HTTPError as exc:
-            url = self.courier.url
+        except CourierUnreachable as exc:
+            url, why = self.courier.url, type(exc.__cause__).__name__
             return tool_error({"error": {
                 "code": "SERVER_UNREACHABLE", "details": {"url": url},
-                "message": f"Courier at {url} did not answer ({type(exc).__name__}); whether "
-                           "this call took effect is unknown: retry the same call later (a "
-                           "send with the same idempotency_key)"}})
+                "message": f"Courier at {url} did not answer ({why}); whether this call "
+                           "took effect is unknown: retry the same call later (a send with "
+                           "the same idempotency_key)"}})
 
     async def list_resources(self, ctx: Context,
                              params: types.PaginatedRequestParams) -> types.ListResourcesResult:
@@ -451,7 +423,7 @@ class Handlers:
         _known(params.uri)
         try:
             page = await self.courier.inbox()
-        except (CourierAPIError, httpx.HTTPError) as exc:
+        except (CourierAPIError, CourierUnreachable) as exc:
             raise self._unanswered(exc) from exc
         return types.ReadResourceResult.model_validate({"contents": [{
             "uri": INBOX_URI, "mimeType": "application/json",
