@@ -170,7 +170,10 @@ class SettingsFile:
                 fail(f"{visible(step)} is a symbolic link to {visible(os.readlink(step))}: "
                      "Courier does not write through it (change the file it points to "
                      "by hand, or put a file of the project's own in its place)", Exit.USAGE)
-        self.before = self.path.read_bytes() if self.path.exists() else None
+        try:
+            self.before = self.path.read_bytes() if self.path.exists() else None
+        except OSError as e:  # a directory, a file it may not read
+            fail(f"{visible(self.path)} cannot be read: {e.strerror}", Exit.USAGE)
         self.data = self._parse()
 
     def _parse(self) -> Json:
@@ -274,7 +277,7 @@ def install(root: typer.Typer) -> None:
             say(f"{mcp.path} already has a server named {MCP_SERVER}: left as it is")
         else:
             servers[MCP_SERVER] = mcp_entry(argv)
-        SettingsFile.write_all([settings, mcp])
+        SettingsFile.write_all([mcp, settings])
         say(f"Courier's hooks are in {settings.path} and its MCP server in {mcp.path}; "
             "the session needs COURIER_URL and COURIER_TOKEN (and COURIER_PROJECT with a "
             "project token) in its environment")
@@ -289,7 +292,7 @@ def install(root: typer.Typer) -> None:
             del servers[MCP_SERVER]
             if not servers:
                 del mcp.data["mcpServers"]
-        SettingsFile.write_all([settings, mcp])
+        SettingsFile.write_all([mcp, settings])
         say(f"Courier's entries are out of {settings.path} and {mcp.path}")
 
     root.add_typer(hook_app, name="hook")

@@ -121,3 +121,14 @@ def test_the_hook_installed_runs_as_claude_code_runs_it_mark_and_all(tmp_path: P
                                "COURIER_TOKEN": "cat_x", "HOME": str(tmp_path),
                                "COURIER_HOOK_STATE_DIR": str(tmp_path / "state")})
     assert done.returncode == 0 and "courier hook:" in done.stderr, done.stderr
+
+
+def test_a_file_that_cannot_be_written_puts_back_the_one_written_before_it(tmp_path: Path):
+    # .mcp.json is written first; .claude, a plain file here, cannot hold settings.json.
+    (tmp_path / ".claude").write_text("not a directory\n")
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {"files": {"command": "npx"}}}\n')
+    before = files_of(tmp_path)
+    done = courier("install", tmp_path)
+    assert done.returncode == 1 and "every file is as it was" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert files_of(tmp_path) == before
