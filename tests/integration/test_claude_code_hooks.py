@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from messaging.cli.hooks import HOOK_MARK
 from tests.integration.conftest import Agent, Project
 from tests.stack import wait_until
 
@@ -204,7 +205,7 @@ def test_install_merges_with_the_users_hooks_and_uninstall_restores_them(tmp_pat
     for event in ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SubagentStop",
                   "SessionEnd"):
         ours = [h for g in installed["hooks"][event] for h in g["hooks"]
-                if h["command"].endswith("hook claude-code")]
+                if h["command"].endswith(HOOK_MARK)]
         assert len(ours) == 1, event
     assert installed["hooks"]["PostToolUse"][0] == USERS_SETTINGS["hooks"]["PostToolUse"][0]
     assert installed["hooks"]["Stop"][0] == USERS_SETTINGS["hooks"]["Stop"][0]

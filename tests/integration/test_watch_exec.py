@@ -1,5 +1,6 @@
 """``courier watch --exec`` with the recipes of docs/hosts.md: a real tmux server with
-a stand-in agent program in a pane, and Codex's notify command."""
+a stand-in agent program or bash in a pane, Codex's notify command, and fields
+that an environment cannot hold."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from messaging.client import CourierAPIError
 from messaging.store import keys
-from tests.integration.conftest import Project
+from tests.integration.conftest import Agent, Project
 from tests.stack import ROOT, wait_until
 
 # Each test starts `courier` processes (and tmux) of its own: the slow tier.
@@ -59,6 +62,47 @@ def tmux(tmp_path: Path) -> Iterator[dict[str, str]]:
     subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
 
 
+def notice(message_id: str) -> str:
+    """The line the tmux recipe types for a message."""
+    return f"Courier mail {message_id} is in your inbox, read it with your Courier tools"
+
+
+def tmux_recipe(tmp_path: Path) -> Path:
+    """docs/hosts.md's ``courier-tmux``, saved as the recipe says."""
+    script = tmp_path / "courier-tmux"
+    script.write_text(recipe("courier-tmux PANE PROMPT", "sh"))
+    script.chmod(0o755)
+    return script
+
+
+def watching(project: Project, agent: Agent, env: dict[str, str],
+             *args: str) -> subprocess.Popen[str]:
+    """``courier watch`` as ``agent``, once its stream is open (it sees mail sent
+    from now on: on a busy machine its start takes seconds)."""
+    watch = subprocess.Popen([*COURIER, "watch", "--token", agent.row["token"], *args],
+                             env={**env, "COURIER_URL": project.stack.api_url},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    with project.stack.redis() as r:
+        wait_until(lambda: r.zcard(keys.open_streams(project.project_id, agent.id)) > 0,
+                   timeout_s=30, what="the watcher's event stream open")
+    return watch
+
+
+def ended(watch: subprocess.Popen[str], timeout_s: float = 30) -> str:
+    """``watch``'s stderr, once it has exited 0."""
+    _, err = watch.communicate(timeout=timeout_s)
+    assert watch.returncode == 0, err
+    return err
+
+
+def stop(watch: subprocess.Popen[str]) -> None:
+    """End ``watch``, if it still runs, and the commands it started (its group)."""
+    if watch.poll() is None:
+        os.killpg(watch.pid, signal.SIGKILL)
+        watch.communicate()
+
+
 def log_of(path: Path) -> list[tuple[float, str]]:
     if not path.exists():
         return []
@@ -69,26 +113,17 @@ def log_of(path: Path) -> list[tuple[float, str]]:
 def test_the_tmux_recipe_types_the_mail_in_only_while_the_pane_is_idle(
         project: Project, tmp_path: Path, tmux: dict[str, str]):
     alice, bob = project.agent("Alice"), project.agent("Bob")
-    script = tmp_path / "courier-tmux"
-    script.write_text(recipe("courier-tmux PANE PROMPT", "sh"))
-    script.chmod(0o755)
+    script = tmux_recipe(tmp_path)
     (tmp_path / "agent.sh").write_text(STAND_IN)
     log = tmp_path / "agent.log"
     subprocess.run(["tmux", "new-session", "-d", "-s", "agent", "-x", "200", "-y", "20",
                     f"sh {tmp_path / 'agent.sh'} {log}"], env=tmux, check=True)
     wait_until(lambda: len(log_of(log)) == 1, what="the stand-in's prompt")
 
-    env = {**tmux, "COURIER_URL": project.stack.api_url}
-    watch = subprocess.Popen(
-        [*COURIER, "watch", "--token", bob.row["token"], "--count", "1",
-         "--exec", f"{script} agent:0.0 '{PROMPT.strip()}'"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The prompt as the agent prints it, its trailing space included.
+    watch = watching(project, bob, tmux, "--count", "1",
+                     "--exec", f"{script} agent:0.0 '{PROMPT}'")
     try:
-        # The watcher's stream is open (it sees mail sent from now on): on a busy
-        # machine its start takes seconds.
-        with project.stack.redis() as r:
-            wait_until(lambda: r.zcard(keys.open_streams(project.project_id, bob.id)) > 0,
-                       timeout_s=30, what="the watcher's event stream open")
         # The agent is given work, and is busy with it when the mail arrives.
         subprocess.run(["tmux", "send-keys", "-t", "agent:0.0", "-l", "a task"], env=tmux,
                        check=True)
@@ -96,21 +131,91 @@ def test_the_tmux_recipe_types_the_mail_in_only_while_the_pane_is_idle(
         wait_until(lambda: any(w == "got a task" for _, w in log_of(log)), what="the task")
         alice.api.send("Bob", "FYI", "nothing to do", notification_policy="quiet")
         sent = alice.api.send("Bob", "Review auth.py", "Please look.\n")
-        _, err = watch.communicate(timeout=30)
-        assert watch.returncode == 0, err
+        ended(watch)
     finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.communicate()
+        stop(watch)
     steps = wait_until(lambda: (s := log_of(log)) and len(s) >= 4 and s, what="the notice")
     got = [(t, w) for t, w in steps if w.startswith("got ")]
-    assert [w for _, w in got] == [
-        "got a task",
-        f"got Courier mail from {alice.label}: Review auth.py ({sent['id']}); "
-        "read it with your Courier tools"]
+    assert [w for _, w in got] == ["got a task", f"got {notice(sent['id'])}"]
     task_at, mail_at = got[0][0], got[1][0]
     idle_again = min(t for t, w in steps if w == "idle" and t > task_at)
     assert mail_at >= idle_again >= task_at + BUSY_S - 0.1  # typed only once idle again
+
+
+# What a peer may put in a subject, made to run `touch` in a line editor (bash's
+# readline here) if it were typed: Ctrl-U kills the line typed so far, Ctrl-O
+# runs it and keeps what follows, ESC-# comments it out and runs it; `#` then
+# comments out the rest of the notice, which Enter runs.
+KEYSTROKES = {"ctrl-u": "FYI\x15touch {} #", "ctrl-o": "\x0ftouch {} #",
+              "esc": "\x1b#touch {} #", "c1": "\u009b2~\x15touch {} #"}
+
+
+def test_the_tmux_recipe_types_nothing_a_peer_chose_into_a_bash_pane(
+        project: Project, tmp_path: Path, tmux: dict[str, str]):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    script = tmux_recipe(tmp_path)
+    # bash's prompt ends in a space, which capture-pane leaves out.
+    subprocess.run(["tmux", "new-session", "-d", "-s", "agent", "-x", "200", "-y", "50",
+                    "env", f"PS1={PROMPT}", "HISTFILE=/dev/null", "bash", "--norc",
+                    "--noprofile"], env=tmux, check=True)
+    pane = lambda: subprocess.run(["tmux", "capture-pane", "-p", "-t", "agent:0.0"],  # noqa: E731
+                                  env=tmux, capture_output=True, text=True).stdout
+    wait_until(lambda: PROMPT.strip() in pane(), what="bash's prompt")
+    touched = {name: tmp_path / f"touched-{name}" for name in KEYSTROKES}
+    watch = watching(project, bob, tmux, "--count", str(len(KEYSTROKES)),
+                     "--exec", f"{script} agent:0.0 '{PROMPT}'")
+    try:
+        sent = [alice.api.send("Bob", subject.format(touched[name]), "hi")
+                for name, subject in KEYSTROKES.items()]
+        ended(watch, timeout_s=60)
+    finally:
+        stop(watch)
+    # bash has run every line typed once it shows its prompt again after the last.
+    screen = wait_until(lambda: (s := pane().rstrip()).endswith(PROMPT.strip())
+                        and s.count(PROMPT.strip()) > len(sent) and s, what="bash idle again")
+    assert [n for n, path in touched.items() if path.exists()] == []
+    for message in sent:
+        assert notice(message["id"]) in screen
+
+
+def test_a_subject_the_environment_cannot_hold_reaches_the_command_escaped_and_watch_goes_on(
+        project: Project, tmp_path: Path):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    state, out = tmp_path / "agent.event", tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    # Each run writes the message's subject and what the state file held as it ran.
+    watch = watching(project, bob, env, "--count", "2", "--state-file", str(state), "--exec",
+                     f'printf "%s|%s\\n" "$COURIER_MESSAGE_SUBJECT" "$(cat {state})" >> {out}')
+    try:
+        try:
+            first = alice.api.send("Bob", "FYI\x00\x15touch x #\x1b", "hi")
+        except CourierAPIError as e:
+            assert e.code == "INVALID_ARGUMENT"
+            pytest.skip("the server refuses a control character in a subject (422): "
+                        "tests/unit/test_watch_fields.py checks the environment's escaping")
+        second = alice.api.send("Bob", "next", "hi")
+        err = ended(watch)
+    finally:
+        stop(watch)
+    runs = [line.split("|") for line in out.read_text().splitlines()]
+    assert [subject for subject, _ in runs] == ["FYI\\x00\\x15touch x #\\x1b", "next"]
+    assert all(at for _, at in runs) and runs[0][1] != runs[1][1]  # recorded before each run
+    assert f"courier watch: {first['id']}: COURIER_MESSAGE_SUBJECT escaped" in err
+    assert second["id"] not in err
+
+
+def test_a_body_with_a_nul_and_an_esc_reaches_the_command_byte_for_byte(
+        project: Project, tmp_path: Path):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    body = "line\x00one\x1b[31m\n\ttwo\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURIER_")}
+    watch = watching(project, bob, env, "--count", "1", "--exec", f"cat > {tmp_path}/body")
+    try:
+        alice.api.send("Bob", "a body", body)
+        ended(watch)
+    finally:
+        stop(watch)
+    assert (tmp_path / "body").read_bytes() == body.encode()
 
 
 def test_the_codex_notify_command_sets_idle_whatever_json_it_is_given(project: Project):
