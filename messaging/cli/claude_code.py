@@ -37,8 +37,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
@@ -70,9 +71,6 @@ TRANSCRIPT_OVERLAP = 256
 # How long a message the channel pushed is left to the channel, in a session that
 # shows channel events, before a hook shows it itself.
 CHANNEL_WAIT_S = 30.0
-# COURIER_CHANNELS: "on" (this session shows channel events), "off" (it drops
-# them), or unset (told by the flags of the `claude` that runs the hook).
-CHANNELS_ENV = "COURIER_CHANNELS"
 CHANNEL_FLAGS = ("--dangerously-load-development-channels", "--channels")
 ANCESTORS_LOOKED_AT = 8
 DEFAULT_NAME = "Claude"
@@ -84,6 +82,14 @@ PREAMBLE = (
 
 EVENTS_BUSY = {"UserPromptSubmit", "PostToolUse"}
 EVENTS_STOP = {"Stop", "SubagentStop"}
+
+
+class Channels(StrEnum):
+    """Whether the session shows ``courier mcp``'s channel events (``--channels``)."""
+
+    ON = "on"
+    OFF = "off"
+    AUTO = "auto"  # told by the flags of the `claude` that runs the hook
 
 
 class HookError(Exception):
@@ -135,6 +141,7 @@ class Options:
     project_id: str | None = None
     name: str = DEFAULT_NAME
     state_dir: Path | None = None
+    channels: Channels = Channels.AUTO
 
 
 class SessionFiles:
@@ -209,13 +216,12 @@ def context(messages: list[Json]) -> tuple[str, int]:
     return "\n\n".join(parts), len(messages)
 
 
-def host_shows_channels(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this session shows Courier's channel events: ``COURIER_CHANNELS`` when
-    set, else whether a ``claude`` the hook runs under was started with its channel
-    flags naming Courier (Claude Code drops a channel's events otherwise)."""
-    told = env.get(CHANNELS_ENV, "").strip().lower()
-    if told in ("on", "off"):
-        return told == "on"
+def host_shows_channels(told: Channels = Channels.AUTO) -> bool:
+    """Whether this session shows Courier's channel events: as told, else whether a
+    ``claude`` the hook runs under was started with its channel flags naming Courier
+    (Claude Code drops a channel's events otherwise)."""
+    if told is not Channels.AUTO:
+        return told is Channels.ON
     pid = os.getppid()
     for _ in range(ANCESTORS_LOOKED_AT):
         if pid <= 1:
@@ -353,7 +359,7 @@ class Hook:
             pushed = parse_ts(m.get("pushed_ts"))
             if pushed is not None and now - pushed < CHANNEL_WAIT_S:
                 if channels is None:
-                    channels = host_shows_channels()
+                    channels = host_shows_channels(self.options.channels)
                 if channels:
                     left = True  # the channel shows it, or a later hook does
                     continue

@@ -254,9 +254,14 @@ def install(root: typer.Typer) -> None:
             "--state-dir", envvar="COURIER_HOOK_STATE_DIR",
             help="where sessions' hook state is kept "
                  "[default: $XDG_STATE_HOME/courier/claude-code]")] = None,
+        channels: Annotated[claude_code.Channels, typer.Option(
+            "--channels", envvar="COURIER_CHANNELS",
+            help="whether the session shows courier mcp's channel events: on, off, or auto "
+                 "(read from the flags of the claude that runs the hook)")]
+            = claude_code.Channels.AUTO,
     ) -> None:
         """Answer one Claude Code hook event (its JSON on stdin); always exits 0."""
-        options = claude_code.Options(api_url(url), token, project, name, state_dir)
+        options = claude_code.Options(api_url(url), token, project, name, state_dir, channels)
         raise typer.Exit(claude_code.main(options, sys.stdin.read()))
 
     def settings_files(project: Path) -> tuple[SettingsFile, SettingsFile]:

@@ -32,7 +32,7 @@ MESSAGE_TAG = "courier-message"
 NOTICE_TAG = "courier-notice"
 CHANNEL_TAG = "channel"
 # Courier's notices (idle notices) are sent by this sender, which is no agent.
-COURIER_SENDER = "courier"
+NOTICE_FROM = "courier"
 # The names of the elements a host or a model could read as the wrapping of mail.
 WRAPPING_TAGS = (MESSAGE_TAG, NOTICE_TAG, CHANNEL_TAG)
 # An opening of a tag: "<", its full-width and small forms, or an entity for "<".
@@ -76,7 +76,7 @@ def cut(body: str, room: int, message_id: str, whole: int | None = None) -> str:
 
 def is_notice(message: Json) -> bool:
     """Whether ``message`` is one of Courier's own notices (no agent wrote it)."""
-    return message.get("sender_id") == COURIER_SENDER or message.get("from") == COURIER_SENDER
+    return message.get("sender_id") == NOTICE_FROM or message.get("from") == NOTICE_FROM
 
 
 def whole_length(message: Json) -> int:

@@ -121,9 +121,10 @@ def test_seals_are_read_from_a_jsonl_transcript_once_each_as_it_grows(tmp_path: 
 
 
 def test_the_channels_setting_says_whether_the_host_shows_channel_events():
-    assert claude_code.host_shows_channels({"COURIER_CHANNELS": "on"}) is True
-    assert claude_code.host_shows_channels({"COURIER_CHANNELS": "off"}) is False
-    assert claude_code.host_shows_channels({}) is False  # pytest runs with no channel flags
+    assert claude_code.host_shows_channels(claude_code.Channels.ON) is True
+    assert claude_code.host_shows_channels(claude_code.Channels.OFF) is False
+    # pytest runs with no channel flags
+    assert claude_code.host_shows_channels(claude_code.Channels.AUTO) is False
 
 
 class _Sink:
