@@ -71,6 +71,7 @@ from messaging.hosts.wrapping import (
     seal,
     whole_length,
 )
+from messaging.mcpwire import tool_result
 from messaging.types import Json
 
 CHANNEL_CAPABILITY = "claude/channel"
@@ -144,16 +145,9 @@ def channel_params(message: Json, token: str) -> Json:
             "meta": meta}
 
 
-def tool_error(body: Json) -> Json:
-    """A ``tools/call`` result carrying an error object, as the ``/mcp`` face gives one."""
-    return {"content": [{"type": "text", "text": json.dumps(body, ensure_ascii=False,
-                                                            separators=(",", ":"))}],
-            "structuredContent": body, "isError": True}
-
-
-class Courier:
-    """The agent's server, spoken to as any client does (``AsyncCourierClient``): ``/mcp``,
-    the inbox, the host events, the event stream."""
+class Upstream:
+    """The agent's Courier server, spoken to as any client does (``AsyncCourierClient``):
+    ``/mcp``, the inbox, the host events, the event stream."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/")
@@ -239,7 +233,7 @@ class Pushes:
     are remembered besides (a resync reads mail the stream may also bring).
     """
 
-    def __init__(self, sink: Sink, bus: InMemorySubscriptionBus, courier: Courier) -> None:
+    def __init__(self, sink: Sink, bus: InMemorySubscriptionBus, courier: Upstream) -> None:
         self.sink, self.bus, self.courier = sink, bus, courier
         self.ready = False  # the host initialized a handshake-era connection
         # Channel params waiting for the handshake, with their delivery ids and bytes.
@@ -330,7 +324,7 @@ class Pushes:
             cursor = page["next_cursor"]
 
 
-async def follow(courier: Courier, pushes: Pushes) -> None:
+async def follow(courier: Upstream, pushes: Pushes) -> None:
     """Follow the agent's event stream until cancelled, resuming after the last event got
     whenever it breaks; a token the server refuses ends it."""
     after: str | None = None
@@ -373,7 +367,7 @@ class Handlers:
     """What the stdio server answers: the ``/mcp`` face's tools (asked of the server), the
     inbox resource, and the handshake's end, which lets the pushes go."""
 
-    def __init__(self, courier: Courier, pushes: Pushes) -> None:
+    def __init__(self, courier: Upstream, pushes: Pushes) -> None:
         self.courier, self.pushes = courier, pushes
 
     def _unanswered(self, exc: CourierAPIError | CourierUnreachable) -> MCPError:
@@ -400,14 +394,14 @@ class Handlers:
             return await self.courier.rpc("tools/call", {"name": params.name,
                                                          "arguments": params.arguments or {}})
         except CourierAPIError as exc:
-            return tool_error(exc.body)
+            return tool_result(exc.body, error=True)
         except CourierUnreachable as exc:
             url, why = self.courier.url, type(exc.__cause__).__name__
-            return tool_error({"error": {
+            return tool_result({"error": {
                 "code": "SERVER_UNREACHABLE", "details": {"url": url},
                 "message": f"Courier at {url} did not answer ({why}); whether this call "
                            "took effect is unknown: retry the same call later (a send with "
-                           "the same idempotency_key)"}})
+                           "the same idempotency_key)"}}, error=True)
 
     async def list_resources(self, ctx: Context,
                              params: types.PaginatedRequestParams) -> types.ListResourcesResult:
@@ -449,7 +443,7 @@ def _known(uri: str) -> None:
         raise MCPError(RESOURCE_NOT_FOUND, "no such resource", {"uri": uri})
 
 
-def build_server(courier: Courier, pushes: Pushes, instructions: str) -> Server[Any]:
+def host_server(courier: Upstream, pushes: Pushes, instructions: str) -> Server[Any]:
     """The stdio server: the ``/mcp`` face's tools, the inbox resource, and the pushes."""
     server: Server[Any] = Server("courier", version=COURIER_VERSION,
                                  instructions=f"{instructions}\n\n{CHANNEL_INSTRUCTIONS}",
@@ -471,12 +465,12 @@ def build_server(courier: Courier, pushes: Pushes, instructions: str) -> Server[
 
 async def serve(url: str, token: str) -> None:
     """Serve one host over this process's stdin and stdout until it closes them."""
-    courier = Courier(url, token)
+    courier = Upstream(url, token)
     try:
         instructions = await courier.instructions()
         async with stdio_server() as (read_stream, write_stream):
             pushes = Pushes(write_stream, InMemorySubscriptionBus(), courier)
-            server = build_server(courier, pushes, instructions)
+            server = host_server(courier, pushes, instructions)
             options = server.create_initialization_options(
                 experimental_capabilities={CHANNEL_CAPABILITY: {}})
             async with anyio.create_task_group() as tasks:

@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, get_type_hints
 
-import orjson
 from pydantic import BaseModel, Field, ValidationError
 from starlette.types import Scope
 
@@ -29,6 +28,7 @@ from messaging.errors import (
     from_validation,
     invalid,
 )
+from messaging.mcpwire import tool_result
 from messaging.models import (
     SUMMARY_HELP,
     InboxQuery,
@@ -70,12 +70,6 @@ class ToolServices(Protocol):
 Call = Callable[[ToolServices, Caller], Awaitable[Json]]
 # What a tool runs: its arguments come checked, as its model.
 ToolRun = Callable[[ToolServices, Caller, Any], Awaitable[Json]]
-
-
-def tool_result(body: Json, *, error: bool = False) -> Json:
-    """A ``tools/call`` result carrying ``body``: as compact JSON text and as structured content."""
-    return {"content": [{"type": "text", "text": orjson.dumps(body).decode()}],
-            "structuredContent": body, "isError": error, "resultType": "complete"}
 
 
 def tool_error(body: Json) -> Json:

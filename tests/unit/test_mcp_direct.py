@@ -16,8 +16,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from messaging.mcpwire import tool_result
 from messaging.web.mcp_direct import DirectToolCalls
-from messaging.web.mcp_tools import TOOLS, tool_error, tool_result
+from messaging.web.mcp_tools import TOOLS, tool_error
 from tests.asgi import StandIn
 
 Json = dict[str, Any]

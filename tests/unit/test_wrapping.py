@@ -139,7 +139,7 @@ class _Sink:
 
 def test_mail_waiting_for_the_handshake_is_bounded_in_bytes():
     async def scenario() -> mcp_stdio.Pushes:
-        courier = mcp_stdio.Courier("http://127.0.0.1:9", "tok")
+        courier = mcp_stdio.Upstream("http://127.0.0.1:9", "tok")
         pushes = mcp_stdio.Pushes(_Sink(), mcp_stdio.InMemorySubscriptionBus(), courier)
         try:
             for i in range(200):
