@@ -565,13 +565,16 @@ def inbox(
     limit: PageLimit = 50,
     cursor: Cursor = None,
     unread_only: Annotated[bool, typer.Option("--unread-only")] = False,
+    shown: Annotated[bool, typer.Option(
+        "--shown", help="this read puts the mail into the agent's conversation: record each "
+                        "message delivery_observed (a plain read observes nothing)")] = False,
     url: Url = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Show one page of the inbox of the token's agent, oldest first."""
     page = call(url, token, CourierClient.inbox, cursor=cursor, limit=limit,
-                unread_only=unread_only or None, as_json=as_json)
+                unread_only=unread_only or None, shown=shown or None, as_json=as_json)
     if as_json:
         print_json(page)
         return

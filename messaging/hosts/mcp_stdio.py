@@ -242,6 +242,8 @@ class Pushes:
         self.subscribed: set[str] = set()
         self.pushed: deque[str] = deque(maxlen=PUSHED_KEPT)
         self._pushed_set: set[str] = set()
+        # Pushes to record, taken by ``recorder``, so that recording never delays a push.
+        self._to_record, self._recording = anyio.create_memory_object_stream[str](PUSHED_KEPT)
         self._lock = anyio.Lock()
 
     async def _notify(self, method: str, params: Json) -> None:
@@ -262,7 +264,17 @@ class Pushes:
     async def _push(self, delivery_id: str, params: Json) -> None:
         await self._notify(CHANNEL_METHOD, params)
         if delivery_id:
-            await self.courier.pushed(delivery_id)
+            try:
+                self._to_record.send_nowait(delivery_id)
+            except anyio.WouldBlock:
+                note(f"too many pushes waiting to be recorded: {delivery_id}'s is not")
+
+    async def recorder(self) -> None:
+        """Record each push as its delivery's ``pushed`` host event, in order, until
+        cancelled."""
+        async with self._recording:
+            async for delivery_id in self._recording:
+                await self.courier.pushed(delivery_id)
 
     def _wait(self, delivery_id: str, params: Json) -> None:
         """Keep a push for the handshake; past the bounds the oldest is let go (it stays
@@ -475,6 +487,7 @@ async def serve(url: str, token: str) -> None:
                 experimental_capabilities={CHANNEL_CAPABILITY: {}})
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(follow, courier, pushes)
+                tasks.start_soon(pushes.recorder)
                 await server.run(read_stream, write_stream, options)
                 tasks.cancel_scope.cancel()
     finally:

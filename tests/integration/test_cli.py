@@ -153,7 +153,11 @@ def test_send_inbox_and_delivery_commands_show_the_message_and_its_stages(projec
 
     shown = wait_until(listed, what="the message in `courier inbox`")
     assert "Review auth" in shown and "from Alice" in shown
+    # A plain read shows a person the mail, not the agent's conversation: not observed.
+    table = courier("delivery", delivery_id.group(0), "--token", project.token, env=env)
+    assert "provider_result_recorded" in table and "delivery_observed" not in table
 
+    courier("inbox", "--shown", "--token", bob.row["token"], env=env)
     table = courier("delivery", delivery_id.group(0), "--token", project.token, env=env)
     for stage in ("admitted", "target_selected", "dispatch_started",
                   "provider_result_recorded", "delivery_observed"):
