@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from messaging.cli import claude_code
+from messaging.cli import claude_code, host_commands
 from messaging.cli.io import Exit, Token, Url, api_url, fail, say
 from messaging.types import Json
 
@@ -190,4 +190,5 @@ def install(root: typer.Typer) -> None:
                 _write(mcp_path, mcp)
         say(f"Courier's entries are out of {settings_path} and {mcp_path}")
 
+    host_commands.install_hooks(hook_app)
     root.add_typer(hook_app, name="hook")
