@@ -375,6 +375,12 @@ class CourierClient:
         """Tell Courier this agent's host showed the delivery."""
         return self.request("POST", f"/v1/deliveries/{delivery_id}/observed")
 
+    def host_event(self, delivery_id: str, kind: str, detail: str | None = None) -> Json:
+        """Tell Courier what else this agent's host did with the delivery (``pushed``,
+        ``resume_started``, ``resume_ended``, ``resume_failed``); never an observation."""
+        body: Json = {"kind": kind, **({"detail": detail} if detail is not None else {})}
+        return self.request("POST", f"/v1/deliveries/{delivery_id}/host-events", json=body)
+
     # search
 
     def search(self, q: str = "", cursor: str | None = None, limit: int = 50,

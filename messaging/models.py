@@ -31,6 +31,7 @@ SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
 INBOX_LIMIT_MAX = 500
+BODY_CUT_MAX_CHARS = 1_000_000
 THREAD_LIMIT_DEFAULT = 50
 SEARCH_Q_MAX = 500
 SUBSCRIPTION_TTL_S = 3600
@@ -292,6 +293,30 @@ class PresenceIn(Model):
         "others wait for), exited (mail waits for a resume) or source_lost"))]
 
 
+class HostEventKind(StrEnum):
+    """What a recipient's host did with a delivery, besides showing it."""
+
+    PUSHED = "pushed"  # put into the session by the host's own channel (not yet shown)
+    RESUME_STARTED = "resume_started"  # an exited session is being resumed for it
+    RESUME_ENDED = "resume_ended"  # the resumed session's turn ended
+    RESUME_FAILED = "resume_failed"  # the session could not be resumed
+
+
+HOST_EVENT_DETAIL_MAX = 200
+
+
+class HostEventIn(Model):
+    """``POST /v1/deliveries/{delivery_id}/host-events``."""
+
+    kind: Annotated[HostEventKind, ByValue, Field(description=(
+        "pushed (the host's channel put it into the session: not proof that the session "
+        "shows it), resume_started, resume_ended or resume_failed"))]
+    detail: Annotated[OneLine, StringConstraints(min_length=1,
+                                                 max_length=HOST_EVENT_DETAIL_MAX)] | None = (
+        Field(None, description=f"One line, at most {HOST_EVENT_DETAIL_MAX} characters: "
+                                "what the host can say of it (an exit status, a session id)"))
+
+
 # The notice's limits are published here but checked by the service, so that a
 # wrong value is RESOURCE_NOTICE_INVALID like every other notice error.
 NOTICE_ID_HELP = "1-96 ASCII characters: a letter or digit, then letters, digits and _.:-"
@@ -475,7 +500,7 @@ LIMIT_HELP = f"Messages per page, 1-{INBOX_LIMIT_MAX} (default 50)"
 
 
 class InboxQuery(BaseModel):
-    """Query of ``GET /v1/agents/me/inbox``."""
+    """What a page of an inbox holds (``GET /v1/agents/me/inbox``, MCP ``fetch_inbox``)."""
 
     model_config = ConfigDict(extra="forbid")
     cursor: str | None = Field(None, description=CURSOR_HELP)
@@ -487,7 +512,22 @@ class InboxQuery(BaseModel):
     wake_only: bool = Field(False, description=(
         "Only wake messages: quiet ones are neither returned nor marked observed"))
     unobserved_only: bool = Field(False, description=(
-        "Only messages whose delivery was not observed yet (by a read, a stream or a host)"))
+        "Only messages whose delivery was not observed yet (nothing showed them to the "
+        "agent's conversation)"))
+    body_max_chars: Annotated[int, Field(ge=1, le=BODY_CUT_MAX_CHARS), Integral] | None = (
+        Field(None, description=(
+            "Cut each body_md to this many characters; a cut item says `body_cut: true` "
+            "and `body_chars`, the whole body's length (read it whole with "
+            "GET /v1/messages/{id})")))
+
+
+class InboxRead(InboxQuery):
+    """Query of ``GET /v1/agents/me/inbox``: the page, and whether the reader shows it."""
+
+    shown: bool = Field(False, description=(
+        "The caller shows these messages to its agent's conversation (a host putting them "
+        "into the session): records delivery_observed for each one returned. A read "
+        "without it observes nothing"))
 
 
 class ThreadQuery(BaseModel):

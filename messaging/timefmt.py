@@ -25,3 +25,14 @@ def _second(whole: int) -> str:
     """``2026-11-29T22:01:05`` of a second since the epoch (answers of one moment
     name the same few seconds)."""
     return datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def parse_ts(ts: str | None) -> float | None:
+    """An RFC 3339 timestamp of Courier's (``...Z``) as seconds since the epoch; None
+    for None or a string that is not one."""
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -11,7 +11,7 @@ Events:
                  message, ``delivery_id``, ``read_ts``, ``ack_ts``) plus
                  ``wake``: true for ``wake`` mail, false for ``quiet`` mail,
                  which a host must not wake its agent for. Sending the event
-                 records ``delivery_observed``.
+                 observes nothing: the host that shows it says so.
     idle_notice  {subscription_id, target, target_id, state (idle | exited |
                  expired), message_id, delivery_id, notification_policy, wake}
     delivery     {delivery_id, message_id, recipient, stage, outcome}
@@ -80,8 +80,9 @@ async def start(store: Store, caller: Caller, last_event_id: str | None) -> str:
 
 
 async def _message_item(store: Store, caller: Caller, data: Json) -> Json | None:
-    """A ``message`` entry as the inbox shows it, with ``wake``; records it observed."""
-    project_id, agent_id = caller.require_agent()
+    """A ``message`` entry as the inbox shows it, with ``wake``. Streaming it observes
+    nothing: a stream carries mail to a host, which may or may not show it."""
+    project_id, _ = caller.require_agent()
     try:
         msg = await reading.shown_message(store, caller, data["message_id"])
     except CourierError:
@@ -91,8 +92,6 @@ async def _message_item(store: Store, caller: Caller, data: Json) -> Json | None
     (dlv,) = await store.get_deliveries(project_id, [data["delivery_id"]])
     dlv = dlv or {}
     policy = dlv.get("policy") or data.get("notification_policy") or msg["notification_policy"]
-    await store.observe(project_id, agent_id, [(data["delivery_id"], msg["sender_id"])],
-                        now_us())
     return {**msg, "notification_policy": policy, "delivery_id": data["delivery_id"],
             "read_ts": rfc3339(dlv.get("read_us")), "ack_ts": rfc3339(dlv.get("ack_us")),
             "wake": policy == "wake"}
@@ -144,7 +143,7 @@ class Hub:
     (``Store.waits``), whatever the number of streams open in the project, so
     open streams never hold connections the rest of the API needs. An agent's
     streams in this process get the same entries at the same moment: each
-    ``message`` entry is rendered (read from the store, recorded observed) once
+    ``message`` entry is rendered (read from the store) once
     for all of them.
     """
 

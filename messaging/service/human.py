@@ -59,7 +59,8 @@ async def send_as_human(store: Store, settings: Settings, dispatcher: sending.De
     return await sending.send(store, settings, dispatcher, as_human, body)
 
 
-async def human_inbox(store: Store, caller: Caller, project_id: str, q: InboxQuery) -> Json:
+async def human_inbox(store: Store, caller: Caller, project_id: str, q: InboxQuery, *,
+                      shown: bool = False) -> Json:
     """A page of the human inbox, oldest first, with the agents' inbox cursor rules."""
     caller.require_project(project_id)
-    return await inbox_of(store, caller, project_id, HUMAN, q)
+    return await inbox_of(store, caller, project_id, HUMAN, q, shown=shown)

@@ -1,6 +1,8 @@
 """Reading: messages, threads, the inbox with exact cursors, read and ack, deliveries.
 
-Reading never dispatches. Fetching the inbox records ``delivery_observed``.
+Reading never dispatches, and reading alone observes nothing: ``delivery_observed``
+is recorded when the reader says it shows the mail to its agent's conversation
+(the inbox's ``shown``, ``POST /v1/deliveries/{id}/observed``, an MCP tool result).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Protocol
 from messaging import ids
 from messaging.config import Settings
 from messaging.errors import CourierError, invalid, not_found
-from messaging.models import HUMAN, THREAD_LIMIT_DEFAULT, InboxQuery
+from messaging.models import HUMAN, THREAD_LIMIT_DEFAULT, HostEventIn, InboxQuery
 from messaging.service.caller import Caller, CallerKind
 from messaging.service.retention import missing
 from messaging.service.views import deliveries_of, delivery_view, message_view, withheld_from
@@ -262,18 +264,19 @@ def _wanted(q: InboxQuery, msg: Json, dlv: Json) -> bool:
     return not (q.unread_only and dlv.get("read_us"))
 
 
-async def inbox(store: Store, caller: Caller, q: InboxQuery) -> Json:
-    """A page of the caller's inbox after the cursor, oldest first.
+async def inbox(store: Store, caller: Caller, q: InboxQuery, *, shown: bool = False) -> Json:
+    """A page of the caller's inbox after the cursor, oldest first; with ``shown`` (the
+    caller puts it into its agent's conversation) each message returned is observed.
 
     The cursor is the arrival sequence of the last entry looked at, so a page
     never skips or repeats an entry, however many arrive between calls.
     """
     project_id, agent_id = caller.require_agent()
-    return await inbox_of(store, caller, project_id, agent_id, q)
+    return await inbox_of(store, caller, project_id, agent_id, q, shown=shown)
 
 
 async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
-                   q: InboxQuery) -> Json:
+                   q: InboxQuery, *, shown: bool = False) -> Json:
     """A page of one recipient's inbox (an agent's, or the project's human's)."""
     after = _parse_cursor(q.cursor)
     items: list[Json] = []
@@ -296,11 +299,22 @@ async def inbox_of(store: Store, caller: Caller, project_id: str, agent_id: str,
                 continue
             msg = visible(caller, record)
             if msg is not None and _wanted(q, msg, dlv):
-                items.append({**msg, "delivery_id": did, "read_ts": rfc3339(dlv.get("read_us")),
-                              "ack_ts": rfc3339(dlv.get("ack_us"))})
-    await store.observe(project_id, agent_id,
-                        [(m["delivery_id"], m["sender_id"]) for m in items], now_us())
+                items.append({**_cut(msg, q.body_max_chars), "delivery_id": did,
+                              "read_ts": rfc3339(dlv.get("read_us")),
+                              "ack_ts": rfc3339(dlv.get("ack_us")),
+                              "pushed_ts": rfc3339(dlv.get(DeliveryField.PUSHED_US))})
+    if shown:
+        await store.observe(project_id, agent_id,
+                            [(m["delivery_id"], m["sender_id"]) for m in items], now_us())
     return {"messages": items, "next_cursor": str(after)}
+
+
+def _cut(msg: Json, max_chars: int | None) -> Json:
+    """``msg`` with its body cut to ``max_chars`` characters, saying so, when longer."""
+    body = msg.get("body_md") or ""
+    if max_chars is None or len(body) <= max_chars:
+        return msg
+    return {**msg, "body_md": body[:max_chars], "body_cut": True, "body_chars": len(body)}
 
 
 async def _own_delivery(store: Store, settings: Settings, caller: Caller,
@@ -374,8 +388,13 @@ async def message_deliveries(store: Store, settings: Settings, caller: Caller,
     return {"message_id": message_id, "deliveries": rows}
 
 
-async def observed(store: Store, settings: Settings, caller: Caller, delivery_id: str) -> Json:
-    """The recipient's host says it showed this delivery."""
+async def _received(store: Store, settings: Settings, caller: Caller,
+                    delivery_id: str) -> tuple[str, str, Json]:
+    """(project, agent, delivery) of a delivery the calling agent received and may see.
+
+    Raises:
+        CourierError: NOT_FOUND for any other delivery.
+    """
     project_id, agent_id = caller.require_agent()
     (dlv,) = await store.get_deliveries(project_id, [delivery_id]) if ids.project_of(
         delivery_id) == project_id else (None,)
@@ -383,9 +402,46 @@ async def observed(store: Store, settings: Settings, caller: Caller, delivery_id
         raise await missing(store, settings, caller, project_id, delivery_id, "delivery")
     if dlv["agent_id"] != agent_id or _withheld(dlv):
         raise not_found("delivery")
-    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),
-                        confirmed=True)
+    return project_id, agent_id, dlv
+
+
+async def _delivery_now(store: Store, project_id: str, delivery_id: str) -> Json:
     (dlv,) = await store.get_deliveries(project_id, [delivery_id])
     if dlv is None:
         raise not_found("delivery")
     return delivery_view(dlv)
+
+
+async def observed(store: Store, settings: Settings, caller: Caller, delivery_id: str) -> Json:
+    """The recipient's host says it showed this delivery."""
+    project_id, agent_id, dlv = await _received(store, settings, caller, delivery_id)
+    await store.observe(project_id, agent_id, [(delivery_id, dlv["sender_id"])], now_us(),
+                        confirmed=True)
+    return await _delivery_now(store, project_id, delivery_id)
+
+
+async def host_event(store: Store, settings: Settings, caller: Caller, delivery_id: str,
+                     event: HostEventIn) -> Json:
+    """The recipient's host says what else it did with this delivery (pushed it, resumed
+    its session for it): one more of the delivery's host events, never an observation."""
+    project_id, agent_id, _ = await _received(store, settings, caller, delivery_id)
+    if not await store.record_host_event(project_id, agent_id, delivery_id, event.kind,
+                                         event.detail or "", now_us()):
+        raise not_found("delivery")
+    return await _delivery_now(store, project_id, delivery_id)
+
+
+async def shown_to(store: Store, settings: Settings, caller: Caller, message_id: str) -> Json:
+    """One message as ``get_message`` answers it, recorded observed where the calling agent
+    received it: the caller shows it to its agent's conversation (an MCP tool result).
+
+    Raises:
+        CourierError: as ``get_message``.
+    """
+    msg = await get_message(store, settings, caller, message_id)
+    try:
+        project_id, did = await _own_delivery(store, settings, caller, message_id)
+    except CourierError:
+        return msg  # the caller sent it and did not receive it: nothing to observe
+    await store.observe(project_id, str(caller.agent_id), [(did, msg["sender_id"])], now_us())
+    return msg

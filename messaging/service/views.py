@@ -115,6 +115,10 @@ def delivery_view(d: Json) -> Json:
         "error": d.get("error") or None,
         "attempts": attempts,
         "observed_ts": rfc3339(d.get("delivery_observed_us")),
+        "pushed_ts": rfc3339(d.get("pushed_us")),
+        "host_events": [{"kind": e["kind"], "ts": rfc3339(int(e["us"])),
+                         **({"detail": e["detail"]} if e.get("detail") else {})}
+                        for e in json.loads(d.get("host_events") or "[]")],
         "read_ts": rfc3339(d.get("read_us")),
         "ack_ts": rfc3339(d.get("ack_us")),
         "target": d.get("target") or "pinned",

@@ -87,12 +87,19 @@ class DeliveryField(StrEnum):
     ROUND_BASE = "round_base"
     READ_US = "read_us"
     ACK_US = "ack_us"
+    # JSON [{kind, us, detail?}]: what the recipient's host said it did (record_host_event).
+    HOST_EVENTS = "host_events"
+    PUSHED_US = "pushed_us"  # when the recipient's host first pushed it into its session
     # When it reached each stage (the latest attempt's, for the dispatch stages).
     ADMITTED_US = "admitted_us"
     TARGET_SELECTED_US = "target_selected_us"
     DISPATCH_STARTED_US = "dispatch_started_us"
     PROVIDER_RESULT_RECORDED_US = "provider_result_recorded_us"
     DELIVERY_OBSERVED_US = "delivery_observed_us"
+
+
+# The host events a delivery keeps, the newest (record_host_event.lua).
+HOST_EVENTS_KEPT = 20
 
 
 class Target(StrEnum):

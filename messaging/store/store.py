@@ -19,7 +19,7 @@ from messaging.store.facts import Lru, identity
 from messaging.store.failures import translated
 from messaging.store.live import Live
 from messaging.store.names import NameRecords
-from messaging.store.schema import AgentField, DeliveryField, MessageField
+from messaging.store.schema import HOST_EVENTS_KEPT, AgentField, DeliveryField, MessageField
 from messaging.store.scripts import scripts_for
 from messaging.store.searchindex import SearchIndex
 from messaging.store.ticks import TickBatch
@@ -566,6 +566,14 @@ class Store:
             keys=[keys.delivery(project_id, delivery_id)], args=[kind, str(now_us)]
         )
         return [str(v) for v in out]
+
+    async def record_host_event(self, project_id: str, agent_id: str, delivery_id: str,
+                                kind: str, detail: str, now_us: int) -> bool:
+        """Add what the recipient's host did with a delivery to its host events; False
+        when the delivery is gone or is not ``agent_id``'s."""
+        return bool(await self.scripts["record_host_event"](
+            keys=[keys.delivery(project_id, delivery_id)],
+            args=[agent_id, kind, detail, str(now_us), str(HOST_EVENTS_KEPT)]))
 
     # held mail
 

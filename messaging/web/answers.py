@@ -239,6 +239,12 @@ class InboxItem(Message):
     delivery_id: str
     read_ts: str | None = None
     ack_ts: str | None = None
+    pushed_ts: str | None = Field(default=None, description=(
+        "when the recipient's host first pushed it into its session (not an observation)"))
+    body_cut: bool | None = Field(default=None, description=(
+        "true when body_max_chars cut body_md (absent otherwise)"))
+    body_chars: int | None = Field(default=None, description=(
+        "the whole body's length in characters, when body_md was cut"))
 
 
 class InboxPage(Answer):
@@ -295,6 +301,14 @@ class Attempt(Answer):
     error: str | None = None
 
 
+class HostEvent(Answer):
+    """One thing the recipient's host did with a delivery, besides showing it."""
+
+    kind: str = Field(description="pushed, resume_started, resume_ended or resume_failed")
+    ts: str
+    detail: str | None = None
+
+
 class Delivery(Answer):
     """One delivery, stage by stage."""
 
@@ -310,6 +324,10 @@ class Delivery(Answer):
     error: str | None = Field(description="why it ended without an attempt")
     attempts: list[Attempt]
     observed_ts: str | None
+    pushed_ts: str | None = Field(description=(
+        "when the recipient's host first pushed it into its session: not an observation"))
+    host_events: list[HostEvent] = Field(description=(
+        "what the recipient's host said it did with it, oldest first (the newest 20)"))
     read_ts: str | None
     ack_ts: str | None
     target: str = Field(description="pinned or pending")

@@ -282,9 +282,18 @@ async def _reply_message(svc: ToolServices, who: Caller, args: ReplyArgs) -> Jso
 
 @_tool("fetch_inbox", (
     "Your new mail, oldest first (GET /v1/agents/me/inbox). Pass the next_cursor of the "
-    "last call back as cursor to get only what arrived since."))
+    "last call back as cursor to get only what arrived since. What it returns counts as "
+    "shown to you (delivery_observed)."))
 async def _fetch_inbox(svc: ToolServices, who: Caller, args: InboxQuery) -> Json:
-    return await reading.inbox(svc.store, who, args)
+    # The tool's result is the conversation's: what it returns is shown.
+    return await reading.inbox(svc.store, who, args, shown=True)
+
+
+@_tool("get_message", (
+    "One message you sent or received, whole (GET /v1/messages/{id}): for a body that "
+    "arrived cut, or a message named in a thread."))
+async def _get_message(svc: ToolServices, who: Caller, args: MessageArgs) -> Json:
+    return await reading.shown_to(svc.store, svc.settings, who, args.message_id)
 
 
 @_tool("search_messages", (

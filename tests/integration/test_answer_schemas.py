@@ -317,6 +317,8 @@ CASES: dict[tuple[str, str, str], Calls] = {
         "project", "/v1/deliveries/{declined}/redrive"),
     ("POST", "/v1/deliveries/{delivery_id}/observed", "200"): post(
         "Ops", "/v1/deliveries/{delivery}/observed"),
+    ("POST", "/v1/deliveries/{delivery_id}/host-events", "200"): post(
+        "Ops", "/v1/deliveries/{delivery}/host-events", {"kind": "pushed"}),
     ("POST", "/v1/deliveries/{delivery_id}/release", "200"): release,
     ("POST", "/v1/deliveries/{delivery_id}/decline", "200"): decline,
     ("GET", "/v1/projects/{project_id}/held", "200"): get("project", "/v1/projects/{pid}/held"),

@@ -93,7 +93,7 @@ def stream_ids(project: Project, agent: Agent) -> list[str]:
         return [eid for eid, _ in r.xrange(keys.events(project.project_id, agent.id))]
 
 
-def test_new_mail_is_a_message_event_that_wakes_and_records_it_observed(
+def test_new_mail_is_a_message_event_that_wakes_and_observes_nothing(
         project: Project, listeners: list[Listener]):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     bob_events = listen(listeners, project, bob, 1)
@@ -106,10 +106,11 @@ def test_new_mail_is_a_message_event_that_wakes_and_records_it_observed(
         sent["id"], "# Review `auth.py`\n", True, "wake")
     assert data["delivery_id"] == sent["delivery"]["observations"][0]["delivery_id"]
     assert "summary" not in data and data["read_ts"] is None
-    # The event leaves with the inbox hand-off, a moment before the worker records
-    # the hand-off's outcome; the stage shows the observation once that is recorded.
-    wait_until(lambda: alice.api.delivery(data["delivery_id"])["stage"] == "delivery_observed",
-               timeout_s=5, what="the delivery observed")
+    # A stream carries mail to a host, which may or may not show it: streaming it
+    # records the transport's outcome and no observation.
+    wait_until(lambda: alice.api.delivery(data["delivery_id"])["outcome"] == "accepted",
+               timeout_s=5, what="the delivery accepted")
+    assert alice.api.delivery(data["delivery_id"])["observed_ts"] is None
 
 
 def test_quiet_mail_is_a_message_event_that_does_not_wake(
@@ -140,7 +141,8 @@ def test_the_sender_sees_its_delivery_change_stage(project: Project, listeners: 
     sent = alice.api.send("Bob", "Handoff", "x")
     did = sent["delivery"]["observations"][0]["delivery_id"]
     (recorded,) = alice_events.take(1)
-    wait_until(lambda: bob.api.inbox()["messages"], what="the message in Bob's inbox")
+    wait_until(lambda: bob.api.inbox(shown=True)["messages"],
+               what="the message in Bob's inbox, shown to Bob")
     (observed,) = alice_events.take(1)
     assert [(e.event, e.data["delivery_id"], e.data["stage"]) for e in (recorded, observed)] == [
         ("delivery", did, "provider_result_recorded"), ("delivery", did, "delivery_observed")]

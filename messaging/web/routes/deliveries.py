@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from messaging.models import HostEventIn
 from messaging.service import held, reading, redrive
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
@@ -28,6 +29,14 @@ async def redrive_delivery(delivery_id: str, svc: Svc, who: Who) -> JSONResponse
 async def mark_observed(delivery_id: str, svc: Svc, who: Who) -> JSONResponse:
     """The recipient's host showed this delivery."""
     return ok(await reading.observed(svc.store, svc.settings, who, delivery_id))
+
+
+@router.post("/v1/deliveries/{delivery_id}/host-events", response_model=answers.Delivery)
+async def record_host_event(delivery_id: str, event: HostEventIn, svc: Svc,
+                            who: Who) -> JSONResponse:
+    """The recipient's host says what else it did with this delivery (pushed it into its
+    session, resumed the session for it): recorded among its host events, not observed."""
+    return ok(await reading.host_event(svc.store, svc.settings, who, delivery_id, event))
 
 
 @router.post("/v1/deliveries/{delivery_id}/release", response_model=answers.Delivery,

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from messaging.models import InboxQuery, SendIn
+from messaging.models import InboxRead, SendIn
 from messaging.service import human
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
@@ -25,7 +25,8 @@ async def send_as_human(project_id: str, body: SendIn, svc: Svc, who: Who) -> JS
 
 
 @router.get("/v1/projects/{project_id}/human/inbox", response_model=answers.InboxPage)
-async def human_inbox(project_id: str, q: Annotated[InboxQuery, Query()], svc: Svc,
+async def human_inbox(project_id: str, q: Annotated[InboxRead, Query()], svc: Svc,
                       who: Who) -> JSONResponse:
-    """A page of the human inbox, oldest first."""
-    return ok(await human.human_inbox(svc.store, who, project_id, q))
+    """A page of the human inbox, oldest first; observed only when the caller says it shows
+    it (the console does)."""
+    return ok(await human.human_inbox(svc.store, who, project_id, q, shown=q.shown))

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from messaging.models import InboxQuery, ReplyIn, SendIn, ThreadQuery
+from messaging.models import InboxRead, ReplyIn, SendIn, ThreadQuery
 from messaging.service import reading, sending
 from messaging.web import answers
 from messaging.web.deps import Svc, Who, ok
@@ -71,6 +71,6 @@ async def get_thread(thread_id: str, q: Annotated[ThreadQuery, Query()], svc: Sv
 
 
 @router.get("/v1/agents/me/inbox", response_model=answers.InboxPage)
-async def get_inbox(q: Annotated[InboxQuery, Query()], svc: Svc, who: Who) -> JSONResponse:
-    """A page of the caller's inbox."""
-    return ok(await reading.inbox(svc.store, who, q))
+async def get_inbox(q: Annotated[InboxRead, Query()], svc: Svc, who: Who) -> JSONResponse:
+    """A page of the caller's inbox; observed only when the caller says it shows it."""
+    return ok(await reading.inbox(svc.store, who, q, shown=q.shown))

@@ -347,7 +347,7 @@ views.human = {
   async load() {
     for (;;) {
       const page = await api("GET", projectPath(
-        `/human/inbox?limit=${PAGE}&cursor=${encodeURIComponent(ui.human.cursor)}`));
+        `/human/inbox?shown=true&limit=${PAGE}&cursor=${encodeURIComponent(ui.human.cursor)}`));
       ui.human.messages.push(...page.messages);
       ui.human.cursor = page.next_cursor;
       if (page.messages.length < PAGE) break;
