@@ -60,6 +60,7 @@ def install_resume(root: typer.Typer) -> None:
         session: Annotated[str | None, typer.Option(
             help="the session to resume [default: the one the agent is bound to]")] = None,
         cwd: Annotated[Path, typer.Option(
+            exists=True, file_okay=False,
             help="where the session runs: the project's checkout")] = Path("."),
         claude: Annotated[str, typer.Option(
             help="the command that runs Claude Code, with any options of yours "
