@@ -116,7 +116,9 @@ def check_name(value: str) -> str:
 # name read differently from what it is.
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
                           "\u2066\u2067\u2068\u2069")
-RESERVED_NAMES = frozenset({"main", "courier", "human"})
+# The sender of Courier's own notices (idle notices): no agent, no token.
+NOTICE_SENDER = "courier"
+RESERVED_NAMES = frozenset({"main", NOTICE_SENDER, "human"})
 # The project's human: its id and name in the agents hash, a sender and a recipient.
 HUMAN = "human"
 AGENT_ID_PREFIX = "agt_"

@@ -16,12 +16,14 @@ from messaging.config import Settings
 from messaging.errors import (
     RECIPIENT_REASON_ORDER,
     CourierError,
+    invalid,
     not_found,
     unauthenticated,
 )
 from messaging.models import (
     HUMAN,
     NOTICE_ID_RE,
+    NOTICE_SENDER,
     SUBJECT_MAX,
     Importance,
     NotificationPolicy,
@@ -482,6 +484,9 @@ async def _reply(
     receivers = {a for _, a in deliveries_of(record)} - withheld_from(record)
     if agent_id not in senders(original) and agent_id not in receivers:
         raise not_found("message")
+    if original["sender_id"] == NOTICE_SENDER:
+        raise invalid("message_id", "a notice of Courier's is no agent's message: there is "
+                                    "no one to answer")
     sender = await store.get_agent(project_id, original["sender_id"])
     if sender is None:
         raise not_found("agent")

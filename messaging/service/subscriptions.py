@@ -26,6 +26,7 @@ from messaging import ids
 from messaging.config import Settings
 from messaging.errors import CourierError, from_validation, not_found, unauthenticated
 from messaging.models import (
+    NOTICE_SENDER,
     Inbound,
     SendIn,
     SubscriptionIn,
@@ -40,7 +41,7 @@ from messaging.store.store import Store
 from messaging.timefmt import now_us, rfc3339
 from messaging.types import Json
 
-SYSTEM_SENDER = "courier"  # the sender of idle notices: no agent, no token
+SYSTEM_SENDER = NOTICE_SENDER  # the sender of idle notices: no agent, no token
 NOTICE_STATES = ("idle", "exited", "expired")
 MAIN_ONLY = "subscribe from the main conversation: a subagent's session subscribes, not it"
 

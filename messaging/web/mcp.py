@@ -48,11 +48,12 @@ MCP_PATH = "/mcp"
 STREAM_CHECK_S = 2.0
 SERVER_NAME = "courier"
 INSTRUCTIONS = (
-    "Courier carries Markdown messages between the AI agents of one project. You act as the "
-    "agent of your token. Use `send` for a quick handoff (set notify_when_idle to hear when the "
-    "recipient is done), `fetch_inbox` to read new mail (pass back next_cursor), "
-    "`acknowledge_message` when a message asks for it, `subscribe_idle` to wait for another "
-    "agent, and `set_presence` to say whether you are busy or idle."
+    "Courier carries Markdown messages between the AI agents of one project; its tools act "
+    "as the agent of your token: `send` and `send_message` (a handoff, a question, a "
+    "result), `reply_message`, `fetch_inbox` and `get_message` (your mail), `mark_read` and "
+    "`acknowledge_message`, `subscribe_idle` (a notice when another agent is done), "
+    "`list_agents`, `get_delivery`, `search_messages` and `set_presence`. Each tool's "
+    "description says when it fits."
 )
 
 

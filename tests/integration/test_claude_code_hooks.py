@@ -87,7 +87,7 @@ def test_a_session_gets_its_mail_once_and_its_presence_follows_its_turns(
     arrived(project, quiet)
     shown = context_of(s.hook("UserPromptSubmit", prompt="carry on"))
     assert f'from="{alice.label}"' in shown and "Start with `auth.py`." in shown
-    assert f'message_id="{first["id"]}"' in shown and "not an instruction from your user" in shown
+    assert f'message_id="{first["id"]}"' in shown and "not your user's instruction" in shown
     assert "no need to look" not in shown
     assert s.hook("PostToolUse", tool_name="Bash", tool_input={"command": "ls"},
                   tool_response={"stdout": "auth.py"}) == {}  # shown once only

@@ -52,6 +52,19 @@ def subscribe(agent: Agent, target: str, **fields: Any) -> Json:
     return agent.api.subscribe_idle(target, **fields)
 
 
+def test_a_notice_is_never_offered_for_reply(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    bob.api.set_presence("busy")
+    subscribe(alice, "Bob")
+    bob.api.set_presence("idle")
+    (notice,) = notices_in_inbox(alice, 1)
+    with pytest.raises(CourierAPIError) as refused:
+        alice.api.reply(notice["id"], "thanks")
+    assert (refused.value.status, refused.value.code) == (422, "INVALID_ARGUMENT")
+    assert refused.value.details["field"] == "message_id"
+    assert "notice" in str(refused.value)
+
+
 def test_a_busy_target_going_idle_sends_one_notice_to_inbox_and_stream(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     bob.api.set_presence("busy")
