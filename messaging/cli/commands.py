@@ -655,10 +655,11 @@ def search(
 
 def _install_commands(root: typer.Typer) -> None:
     """Commands kept in modules of their own."""
-    from messaging.cli import hooks, mcp_command, targets
+    from messaging.cli import hooks, host_commands, mcp_command, targets
 
     targets.install(root)
     hooks.install(root)
+    host_commands.install_resume(root)
     mcp_command.install(root)
 
 

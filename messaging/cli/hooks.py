@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 import typer
 
-from messaging.cli import claude_code
+from messaging.cli import claude_code, host_commands
 from messaging.cli.io import Exit, Token, Url, api_url, fail, say, visible
 from messaging.types import Json
 
@@ -300,4 +300,5 @@ def install(root: typer.Typer) -> None:
         SettingsFile.write_all([mcp, settings])
         say(f"Courier's entries are out of {settings.path} and {mcp.path}")
 
+    host_commands.install_hooks(hook_app)
     root.add_typer(hook_app, name="hook")
