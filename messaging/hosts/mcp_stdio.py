@@ -269,6 +269,11 @@ class Pushes:
             except anyio.WouldBlock:
                 note(f"too many pushes waiting to be recorded: {delivery_id}'s is not")
 
+    def close(self) -> None:
+        """Let go of the queue of pushes to record (the process is ending)."""
+        self._to_record.close()
+        self._recording.close()
+
     async def recorder(self) -> None:
         """Record each push as its delivery's ``pushed`` host event, in order, until
         cancelled."""
@@ -490,6 +495,7 @@ async def serve(url: str, token: str) -> None:
                 tasks.start_soon(pushes.recorder)
                 await server.run(read_stream, write_stream, options)
                 tasks.cancel_scope.cancel()
+            pushes.close()
     finally:
         await courier.aclose()
 

@@ -146,6 +146,7 @@ def test_mail_waiting_for_the_handshake_is_bounded_in_bytes():
                 await pushes.message(message(id=f"msg_{i}", delivery_id=f"dlv_{i}",
                                              body_md="y" * 1_048_576))
         finally:
+            pushes.close()
             await courier.aclose()
         return pushes
 
