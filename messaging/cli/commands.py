@@ -418,7 +418,7 @@ def watch(
 ) -> None:
     """Follow the live events of the token's agent (reconnects by itself; Ctrl-C stops)."""
     if run is not None:
-        from messaging.cli.watching import follow_with
+        from messaging.hosts.watching import follow_with
 
         call(url, token, follow_with, run, state_file, last_event_id, count, as_json=as_json)
         return

@@ -30,8 +30,9 @@ from typing import Annotated, Any
 
 import typer
 
-from messaging.cli import claude_code, host_commands
+from messaging.cli import host_commands
 from messaging.cli.io import Exit, Token, Url, api_url, fail, say, visible
+from messaging.hosts import claude_code
 from messaging.types import Json
 
 HOOK_EVENTS = ("SessionStart", "SubagentStart", "UserPromptSubmit", "PostToolUse", "Stop",

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from messaging.cli import claude_code
+from messaging.hosts import claude_code
 from tests.integration.conftest import Project
 from tests.stack import wait_until
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import typer.main
 
 from messaging import settingsdoc
-from messaging.cli import app, watching
+from messaging.cli import app
 from messaging.config import Settings
+from messaging.hosts import watching
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"

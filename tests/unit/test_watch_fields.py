@@ -7,7 +7,7 @@ import subprocess
 import sys
 import unicodedata
 
-from messaging.cli import watching
+from messaging.hosts import watching
 
 HIDDEN = {"Cc", "Cf", "Zl", "Zp", "Cs"}
 # Every character that an environment cannot hold (NUL) or that a terminal acts

@@ -11,9 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from messaging.cli import claude_code
-from messaging.cli.claude_code import PREAMBLE, Session, context, seals_in, wrapped
-from messaging.hosts import mcp_stdio
+from messaging.hosts import claude_code, mcp_stdio
+from messaging.hosts.claude_code import PREAMBLE, Session, context, seals_in, wrapped
 from messaging.hosts.mcp_stdio import CHANNEL_INSTRUCTIONS, WAITING_MAX_BYTES, channel_params
 from messaging.hosts.wrapping import CONTEXT_MAX_CHARS, cut, neutral, seal
 from messaging.web.mcp import INSTRUCTIONS
