@@ -44,6 +44,7 @@ from messaging.store.durability import NotDurable
 from messaging.transports import policy
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 from messaging.types import Json
+from workers import slots
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,8 @@ class Dispatcher:
             if leased is None:
                 leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
-        caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS)
+        caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS,
+                    slots.SLOT_MS)
         if transport.parallel > 1:
             return self._carry_at_once(transport, project_id, delivery_ids, lease_ms, caps,
                                        give_way)
@@ -191,9 +193,15 @@ class Dispatcher:
         every: list[Leased] = []
         for delivery_id in delivery_ids:
             leased, _ = self.store.lease_within(project_id, [delivery_id], lease_ms, False, caps)
+            self._hold(caps, project_id, leased)
             counts += self._carry(transport, project_id, leased)
             every += leased
         return counts, every
+
+    def _hold(self, caps: Caps, project_id: str, leased: list[Leased]) -> None:
+        """Under a cap, keep these requests' slots while they run (``Slots``)."""
+        if caps.per_project or caps.per_endpoint:
+            slots.here().hold(self.store, project_id, leased)
 
     def _carry(self, transport: Transport, project_id: str,
                leased: list[Leased]) -> Counter[str]:
@@ -234,6 +242,7 @@ class Dispatcher:
             if taken:
                 chunk, todo = todo[:taken], todo[taken:]
                 leased, left = self.store.lease_within(project_id, chunk, lease_ms, False, caps)
+                self._hold(caps, project_id, leased)
                 carriers.give(taken - len(leased))
                 busy += left
                 every += leased
@@ -331,8 +340,13 @@ class Dispatcher:
         schedule = policy.policy(transport.kind, self.settings).retry_schedule_s
         results = [result_of(schedule, lease, outcome)
                    for lease, outcome in zip(leased, outcomes, strict=True)]
-        recorded = self.store.record_outcomes(project_id, list(zip(leased, results, strict=True)),
-                                              self.health)
+        try:
+            recorded = self.store.record_outcomes(
+                project_id, list(zip(leased, results, strict=True)), self.health)
+        finally:
+            # Recorded, the slots are free; not, the requests are over all the same:
+            # their slots run out, and their leases end as a lease that ran out.
+            slots.give_back(self.store, project_id, leased)
         counts: Counter[str] = Counter()
         for lease, result, ok in zip(leased, results, recorded, strict=True):
             if ok:
