@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -63,6 +64,12 @@ WAIT_ROUND_S = 0.01
 # this (the sweeper publishes it), unless the task that left it sees one of its
 # own requests end first and leases it again then.
 BUSY_MS = 1000
+# A task whose deliveries are all left for a cap, with none of its own requests
+# under way, looks again this often for a slot, this long at most (while no other
+# project waits): a slot other workers hold is mostly free in milliseconds, and a
+# delivery that waits for it in its task is not left to the sweeper's next round.
+BUSY_POLL_S = 0.02
+BUSY_WAIT_S = 1.0
 MS_PER_S = 1000
 # An idempotent transport's step that met the store away (a failover, a node that
 # no longer serves the slot, a durability wait cut short) is taken again this much
@@ -229,14 +236,17 @@ class Dispatcher:
         holds up what the others answered.
 
         A delivery left for a cap is leased again when one of these requests
-        ends; when another project waits, the requests still under way are left
-        to record their own outcomes.
+        ends, or, with none of them under way (other workers hold the slots),
+        when a slot is free within BUSY_WAIT_S; when another project waits, the
+        requests still under way are left to record their own outcomes, and
+        what waits for a slot is left to its due time.
         """
         carriers = threads(transport.parallel)
         todo, busy = list(delivery_ids), []
         running: dict[Future[Outcome | BaseException], tuple[Leased, Delivery]] = {}
         counts: Counter[str] = Counter()
         every: list[Leased] = []
+        wait_ends: float | None = None  # how long this task still waits for a slot
         while todo or running:
             taken = carriers.take(len(todo), wait_for_one=not running) if todo else 0
             if taken:
@@ -247,7 +257,15 @@ class Dispatcher:
                 busy += left
                 every += leased
                 counts += self._start(transport, project_id, leased, carriers, running)
+                if leased:
+                    wait_ends = None
             if not running:
+                if busy and not todo:
+                    now = time.monotonic()
+                    wait_ends = now + BUSY_WAIT_S if wait_ends is None else wait_ends
+                    if now < wait_ends and not (give_way is not None and give_way()):
+                        time.sleep(BUSY_POLL_S)
+                        todo, busy = busy, []
                 continue
             finished, _ = wait(running, timeout=WAIT_ROUND_S, return_when=FIRST_COMPLETED)
             if finished:

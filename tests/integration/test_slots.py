@@ -79,3 +79,11 @@ def test_a_slot_freed_by_its_outcome_is_never_renewed_back(
     [leased], _ = lease_one(store, project.project_id, second)
     assert leased.delivery_id == second
 
+
+def test_a_delivery_left_for_a_cap_starts_its_count_of_sweeps_again(
+        project: Project, store: DeliveryStore, two: tuple[str, str]):
+    first, second = two
+    lease_one(store, project.project_id, first)
+    store.client.hset(keys.delivery(project.project_id, second), "sweeps", 4)
+    assert lease_one(store, project.project_id, second) == ([], [second])
+    assert store.client.hget(keys.delivery(project.project_id, second), "sweeps") is None

@@ -21,7 +21,8 @@
 -- (renew_slots), so a worker that died gives its slots back within slot_ms
 -- though its lease (what makes its request `unknown`) runs on. A free
 -- delivery past a cap is not leased ("busy"): it is due again after busy_ms,
--- and nothing of it changes.
+-- and its count of sweeps without a lease starts again (a worker reached it:
+-- it waits for a slot, not behind a backlog).
 
 -- Lease what is free of the delivery hashes `dlv_keys` (a list).
 --   due_key        zset  delivery ids by due time (ms)
@@ -126,6 +127,7 @@ local function lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms
       free = false
       table.insert(busy, i)
       redis.call("ZADD", due_key, string.format("%d", now_ms + busy_ms), d[8])
+      if d[17] then redis.call("HDEL", dlv, "sweeps") end
     end
     if free then
       local fence = tonumber(d[4]) + 1
