@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -44,6 +45,7 @@ from messaging.store.durability import NotDurable
 from messaging.transports import policy
 from messaging.transports.base import Delivery, Outcome, OutcomeKind, Transport
 from messaging.types import Json
+from workers import slots
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,12 @@ WAIT_ROUND_S = 0.01
 # this (the sweeper publishes it), unless the task that left it sees one of its
 # own requests end first and leases it again then.
 BUSY_MS = 1000
+# A task whose deliveries are all left for a cap, with none of its own requests
+# under way, looks again this often for a slot, this long at most (while no other
+# project waits): a slot other workers hold is mostly free in milliseconds, and a
+# delivery that waits for it in its task is not left to the sweeper's next round.
+BUSY_POLL_S = 0.02
+BUSY_WAIT_S = 1.0
 MS_PER_S = 1000
 # An idempotent transport's step that met the store away (a failover, a node that
 # no longer serves the slot, a durability wait cut short) is taken again this much
@@ -181,7 +189,8 @@ class Dispatcher:
             if leased is None:
                 leased = self.store.lease(project_id, delivery_ids, lease_ms, True)
             return self._carry(transport, project_id, leased), leased
-        caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS)
+        caps = Caps(chosen.in_flight_per_project, chosen.in_flight_per_endpoint, BUSY_MS,
+                    slots.SLOT_MS)
         if transport.parallel > 1:
             return self._carry_at_once(transport, project_id, delivery_ids, lease_ms, caps,
                                        give_way)
@@ -191,9 +200,15 @@ class Dispatcher:
         every: list[Leased] = []
         for delivery_id in delivery_ids:
             leased, _ = self.store.lease_within(project_id, [delivery_id], lease_ms, False, caps)
+            self._hold(caps, project_id, leased)
             counts += self._carry(transport, project_id, leased)
             every += leased
         return counts, every
+
+    def _hold(self, caps: Caps, project_id: str, leased: list[Leased]) -> None:
+        """Under a cap, keep these requests' slots while they run (``Slots``)."""
+        if caps.per_project or caps.per_endpoint:
+            slots.here().hold(self.store, project_id, leased)
 
     def _carry(self, transport: Transport, project_id: str,
                leased: list[Leased]) -> Counter[str]:
@@ -221,24 +236,36 @@ class Dispatcher:
         holds up what the others answered.
 
         A delivery left for a cap is leased again when one of these requests
-        ends; when another project waits, the requests still under way are left
-        to record their own outcomes.
+        ends, or, with none of them under way (other workers hold the slots),
+        when a slot is free within BUSY_WAIT_S; when another project waits, the
+        requests still under way are left to record their own outcomes, and
+        what waits for a slot is left to its due time.
         """
         carriers = threads(transport.parallel)
         todo, busy = list(delivery_ids), []
         running: dict[Future[Outcome | BaseException], tuple[Leased, Delivery]] = {}
         counts: Counter[str] = Counter()
         every: list[Leased] = []
+        wait_ends: float | None = None  # how long this task still waits for a slot
         while todo or running:
             taken = carriers.take(len(todo), wait_for_one=not running) if todo else 0
             if taken:
                 chunk, todo = todo[:taken], todo[taken:]
                 leased, left = self.store.lease_within(project_id, chunk, lease_ms, False, caps)
+                self._hold(caps, project_id, leased)
                 carriers.give(taken - len(leased))
                 busy += left
                 every += leased
                 counts += self._start(transport, project_id, leased, carriers, running)
+                if leased:
+                    wait_ends = None
             if not running:
+                if busy and not todo:
+                    now = time.monotonic()
+                    wait_ends = now + BUSY_WAIT_S if wait_ends is None else wait_ends
+                    if now < wait_ends and not (give_way is not None and give_way()):
+                        time.sleep(BUSY_POLL_S)
+                        todo, busy = busy, []
                 continue
             finished, _ = wait(running, timeout=WAIT_ROUND_S, return_when=FIRST_COMPLETED)
             if finished:
@@ -331,8 +358,13 @@ class Dispatcher:
         schedule = policy.policy(transport.kind, self.settings).retry_schedule_s
         results = [result_of(schedule, lease, outcome)
                    for lease, outcome in zip(leased, outcomes, strict=True)]
-        recorded = self.store.record_outcomes(project_id, list(zip(leased, results, strict=True)),
-                                              self.health)
+        try:
+            recorded = self.store.record_outcomes(
+                project_id, list(zip(leased, results, strict=True)), self.health)
+        finally:
+            # Recorded, the slots are free; not, the requests are over all the same:
+            # their slots run out, and their leases end as a lease that ran out.
+            slots.give_back(self.store, project_id, leased)
         counts: Counter[str] = Counter()
         for lease, result, ok in zip(leased, results, recorded, strict=True):
             if ok:

@@ -91,12 +91,14 @@ class Result:
 
 @dataclass(frozen=True)
 class Caps:
-    """Requests of a transport under way at once (0: no cap), and how long a delivery
-    left for a cap waits before it is due again."""
+    """Requests of a transport under way at once (0: no cap), how long a delivery
+    left for a cap waits before it is due again, and how long a request's slot
+    lasts unless its worker renews it (``renew_slots``)."""
 
     per_project: int = 0
     per_endpoint: int = 0
     busy_ms: int = 0
+    slot_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,14 +174,31 @@ class DeliveryStore:
         caps: Caps,
     ) -> tuple[list[Leased], list[str]]:
         """Lease like ``lease``, within the caps on requests under way: what was leased,
-        and the free deliveries left for a cap (due again after ``caps.busy_ms``)."""
+        and the free deliveries left for a cap (due again after ``caps.busy_ms``).
+
+        Each lease taken under a cap holds a slot for ``caps.slot_ms``: its worker
+        renews it while the request runs (``renew_slots``), and a worker that died
+        gives it back when it runs out, long before the lease does.
+        """
         raw, busy = self.scripts["lease_deliveries"](
             keys=[keys.due(project_id), keys.agents(project_id), keys.in_flight(project_id)]
             + [keys.delivery(project_id, d) for d in delivery_ids],
             args=[str(lease_ms), "1" if idempotent else "0",
-                  str(caps.per_project), str(caps.per_endpoint), str(caps.busy_ms)],
+                  str(caps.per_project), str(caps.per_endpoint), str(caps.busy_ms),
+                  str(caps.slot_ms)],
         )
         return _leased(raw, delivery_ids), [delivery_ids[int(index) - 1] for index in busy]
+
+    def renew_slots(self, project_id: str, leased: list[Leased], slot_ms: int) -> int:
+        """Keep the slots of these requests, still under way, for ``slot_ms`` more (by
+        the store's clock); a slot already given back is not taken again. How many
+        were renewed."""
+        if not leased:
+            return 0
+        args = [str(slot_ms)]
+        for lease in leased:
+            args += [lease.agent_id, lease.delivery_id]
+        return int(self.scripts["renew_slots"](keys=[keys.in_flight(project_id)], args=args))
 
     def put_inbox(self, project_id: str, leased: list[Leased]) -> list[bool]:
         """Put leased deliveries in their inboxes (once each); False where the lease was lost."""

@@ -47,8 +47,9 @@ Per project, prefix ``courier:{p:<project_id>}``:
                                                   outbox and the retry schedule       no TTL
     :in_flight                             zset   "<agent_id> <delivery_id>" of the requests
                                                   a capped transport (webhooks) has under
-                                                  way, by lease end (ms): what its caps per
-                                                  project and per endpoint count    lease
+                                                  way, by slot end (ms; renewed while the
+                                                  request runs): what its caps per
+                                                  project and per endpoint count    slot
     :idem:<agent_id>:<op>:<sha256(key)>    string idempotency record JSON             7 days
     :stats                                 hash   counters for /metrics: outcome:<kind>,
                                                   observed, dispatch_ms_le:<bound>,

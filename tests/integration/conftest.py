@@ -13,6 +13,7 @@ import pytest
 
 from messaging.client import CourierClient
 from messaging.store.deliveries import DeliveryStore
+from tests.receiver import Receiver
 from tests.stack import Stack, make_stack, served_stack
 
 
@@ -124,3 +125,12 @@ def project(stack: Stack) -> Iterator[Project]:
     """A new project: tests never see each other's agents or mail."""
     with open_project(stack) as proj:
         yield proj
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback (``tests.receiver``), stopped after the test."""
+    r = Receiver()
+    r.start()
+    yield r
+    r.stop()

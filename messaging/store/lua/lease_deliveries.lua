@@ -5,7 +5,7 @@
 -- KEYS[1]     due        zset  delivery ids by due time (ms)
 -- KEYS[2]     agents     hash  agent_id -> agent JSON (a webhook endpoint's health)
 -- KEYS[3]     in_flight  zset  "<agent_id> <delivery_id>" of capped requests under
---                              way, by lease end (ms)
+--                              way, by slot end (ms)
 -- KEYS[4..]   dlv        hash  one delivery each
 --
 -- ARGV[1]  lease length, ms
@@ -14,6 +14,7 @@
 -- ARGV[3]  requests of the project under way at once, at most ("0": no cap)
 -- ARGV[4]  requests to one recipient's endpoint under way at once, at most ("0": no cap)
 -- ARGV[5]  how long a delivery left for a cap waits before it is due again, ms
+-- ARGV[6]  how long a capped request's slot lasts unless renewed (renew_slots), ms
 --
 -- Returns lease_free's {leased, busy}: each delivery by its place among the
 -- delivery hashes (from 1: KEYS[4] is 1).
@@ -28,6 +29,7 @@ local idempotent = ARGV[2]
 local project_cap = tonumber(ARGV[3])
 local endpoint_cap = tonumber(ARGV[4])
 local busy_ms = tonumber(ARGV[5])
+local slot_ms = tonumber(ARGV[6])
 
 return lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms, idempotent,
-  project_cap, endpoint_cap, busy_ms)
+  project_cap, endpoint_cap, busy_ms, slot_ms)

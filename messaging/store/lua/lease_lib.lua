@@ -15,15 +15,20 @@
 -- A held delivery or one whose target is pending is never free.
 -- A free delivery whose recipient's endpoint is held (unhealthy, see
 -- record_outcome) is not leased: it is due again when the hold ends.
--- With caps, a lease counts as under way until its outcome is recorded or
--- the lease ends; a free delivery past a cap is not leased ("busy"): it is
--- due again after busy_ms, and nothing of it changes.
+-- With caps, a lease holds a slot (an entry of the in-flight set) until its
+-- outcome is recorded or the slot runs out: a slot lasts slot_ms, far less
+-- than the lease, and the worker renews it while its request runs
+-- (renew_slots), so a worker that died gives its slots back within slot_ms
+-- though its lease (what makes its request `unknown`) runs on. A free
+-- delivery past a cap is not leased ("busy"): it is due again after busy_ms,
+-- and its count of sweeps without a lease starts again (a worker reached it:
+-- it waits for a slot, not behind a backlog).
 
 -- Lease what is free of the delivery hashes `dlv_keys` (a list).
 --   due_key        zset  delivery ids by due time (ms)
 --   agents_key     hash  agent_id -> agent JSON (a webhook endpoint's health)
 --   in_flight_key  zset  "<agent_id> <delivery_id>" of capped requests under way,
---                        by lease end (ms)
+--                        by slot end (ms)
 --   lease_ms       lease length, ms
 --   idempotent     "1" when the transport is idempotent by delivery id (an
 --                  expired lease may then be taken over), "0" otherwise
@@ -31,6 +36,7 @@
 --   endpoint_cap   requests to one recipient's endpoint under way at once, at
 --                  most (0: no cap)
 --   busy_ms        how long a delivery left for a cap waits before it is due again
+--   slot_ms        how long a capped request's slot lasts unless renewed
 -- Returns {leased, busy}: leased a flat array, 9 fields per leased delivery: its
 -- index in `dlv_keys` (from 1), fence, agent id, message id, sender id, attempt
 -- number, the attempt number within this round (attempts since admission or the
@@ -38,18 +44,19 @@
 -- when it is gone), read with the lease so that preparing the request needs no
 -- other read; busy the index of each delivery left for a cap.
 local function lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms, idempotent,
-                          project_cap, endpoint_cap, busy_ms)
+                          project_cap, endpoint_cap, busy_ms, slot_ms)
   local now = clock_us()
   local now_ms = math.floor(now / 1000)
   local now_us = time_text(now)
 
   local lease_until = string.format("%d", now_ms + lease_ms)
+  local slot_until = string.format("%d", now_ms + slot_ms)
   local out = {}
   local busy = {}
   local agents = {}
   local holds = {}
 
-  -- What is under way (leases that ended count no more): in all, and per agent.
+  -- What is under way (slots that ran out count no more): in all, and per agent.
   local capped = project_cap > 0 or endpoint_cap > 0
   local under_way, per_agent = 0, {}
   if capped then
@@ -120,6 +127,7 @@ local function lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms
       free = false
       table.insert(busy, i)
       redis.call("ZADD", due_key, string.format("%d", now_ms + busy_ms), d[8])
+      if d[17] then redis.call("HDEL", dlv, "sweeps") end
     end
     if free then
       local fence = tonumber(d[4]) + 1
@@ -142,7 +150,7 @@ local function lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms
       if #gone > 0 then redis.call("HDEL", dlv, unpack(gone)) end
       redis.call("ZADD", due_key, lease_until, d[8])
       if capped then
-        redis.call("ZADD", in_flight_key, lease_until, d[5] .. " " .. d[8])
+        redis.call("ZADD", in_flight_key, slot_until, d[5] .. " " .. d[8])
         per_agent[d[5]] = (per_agent[d[5]] or 0) + 1
         under_way = under_way + 1
       end

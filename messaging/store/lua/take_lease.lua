@@ -45,5 +45,5 @@ for i = 5, #taken do
   dlv_keys[i - 4] = keyspace.delivery(prefix, taken[i])
 end
 local leased = lease_free(due_key, agents_key, in_flight_key, dlv_keys, lease_ms, idempotent,
-  0, 0, 0)
+  0, 0, 0, 0)
 return {taken, leased[1]}
