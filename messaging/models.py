@@ -85,12 +85,26 @@ class Presence(StrEnum):
 
 # Every character str.splitlines() breaks a line on.
 LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# C0 and C1 control characters and DEL (Unicode's category Cc): a host may type a
+# single-line text into a terminal or put it in an environment, where ESC, NUL,
+# Ctrl-U or a C1 CSI would act rather than be read.
+CONTROLS_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _one_line(value: str) -> str:
+    """A single-line text: no line break, no C0 or C1 control character, no DEL."""
     if any(ch in LINE_BREAKS for ch in value):
         raise ValueError("must be one line")
+    control = CONTROLS_RE.search(value)
+    if control is not None:
+        raise ValueError("must not contain control characters "
+                         f"(U+{ord(control.group()):04X}: C0, C1 and DEL are refused)")
     return value
+
+
+def without_controls(value: str) -> str:
+    """``value`` without its control characters (text stored before they were refused)."""
+    return CONTROLS_RE.sub("", value)
 
 
 def normal_name(value: str) -> str:
@@ -216,12 +230,14 @@ def _integral(value: Any) -> Any:
 # after an int's constraints (``Annotated[int, Field(le=...), Integral]``): before
 # them, the schema would lose its minimum and maximum.
 Integral = BeforeValidator(_integral)
+# Every single-line text of a request: no line break, no C0/C1 control character or DEL.
 OneLine = Annotated[str, AfterValidator(_one_line)]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
 ]
 Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
+IdempotencyKey = Annotated[
+    OneLine, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
 Recipient = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX + 20), AfterValidator(check_recipient)
 ]
@@ -247,13 +263,13 @@ class TransportIn(Model):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    kind: Annotated[OneLine, StringConstraints(min_length=1, max_length=64)]
 
 
 class BoundSourceIn(Model):
     """The host conversation an agent is bound to."""
 
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    kind: Annotated[OneLine, StringConstraints(min_length=1, max_length=64)]
     thread_id: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
     title: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
     link: Annotated[OneLine, StringConstraints(min_length=1, max_length=2048)] | None = None
@@ -268,7 +284,7 @@ class AgentIn(Model):
     name: Name
     transport: TransportIn
     bound_source: BoundSourceIn | None = None
-    parent: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    parent: Annotated[OneLine, StringConstraints(min_length=1, max_length=128)] | None = None
     inbound: Annotated[Inbound, ByValue] = Field(Inbound.OPEN, description=(
         "open (the default), or hold: mail from other agents waits for the project's human"))
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
@@ -321,7 +337,7 @@ def _truncated(value: str) -> str:
 
 
 # A label for the sender's own records: cut rather than refused.
-Summary = Annotated[str, AfterValidator(_truncated)]
+Summary = Annotated[OneLine, AfterValidator(_truncated)]
 SUMMARY_HELP = ("A 5-10 word label for your own records, never delivered to anyone; cut to "
                 f"{SUMMARY_MAX} characters rather than refused")
 
@@ -359,10 +375,10 @@ class SendFields(Model):
         "stored result again with idempotent_replay true and sends nothing; with another "
         "request it is 409 IDEMPOTENCY_KEY_CONFLICT. Without a key a retry sends another "
         "message: after a timeout, retry with the same key"))
-    project_key: str | None = Field(None, description=(
+    project_key: OneLine | None = Field(None, description=(
         "Optional check: your project's key; one that is not your token's is 403 "
         "SENDER_MISMATCH"))
-    sender_name: Annotated[str, AfterValidator(normal_name)] | None = Field(None, description=(
+    sender_name: Annotated[OneLine, AfterValidator(normal_name)] | None = Field(None, description=(
         "Optional check: your agent name; one that is not your token's is 403 "
         "SENDER_MISMATCH"))
     summary: Summary | None = Field(None, description=SUMMARY_HELP)
@@ -506,7 +522,7 @@ class SearchQuery(BaseModel):
         "Words that must all appear in the subject or body; `auth*` matches a prefix"))
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
         None, description="Only messages with this topic")
-    sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
+    sender: Annotated[OneLine, StringConstraints(min_length=1, max_length=NAME_MAX),
                       AfterValidator(normal_name)] | None = Field(
         None, alias="from", description="Only messages from the sender of this name")
     since: AwareDatetime | None = Field(

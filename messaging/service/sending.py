@@ -27,6 +27,7 @@ from messaging.models import (
     NotificationPolicy,
     ReplyIn,
     SendIn,
+    without_controls,
 )
 from messaging.service import suggestions
 from messaging.service.caller import Caller
@@ -485,7 +486,8 @@ async def _reply(
     sender = await store.get_agent(project_id, original["sender_id"])
     if sender is None:
         raise not_found("agent")
-    subject = original["subject"]
+    # Mail admitted before subjects refused control characters has them still.
+    subject = without_controls(original["subject"])
     if not subject.lower().startswith("re:"):
         subject = f"Re: {subject}"
     fields = body.model_dump(mode="json", exclude_unset=True)

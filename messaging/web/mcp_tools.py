@@ -40,6 +40,7 @@ from messaging.models import (
     SendIn,
     SubscriptionIn,
     Summary,
+    without_controls,
 )
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
@@ -122,9 +123,10 @@ async def run_tool(scope: Scope, call: Call) -> Json:
 
 
 def short_subject(text: str) -> str:
-    """The subject of a short-form send: the message's first line, shortened."""
-    first = next((line.strip().lstrip("#").strip() for line in text.splitlines()
-                  if line.strip()), "")
+    """The subject of a short-form send: the message's first line, shortened, without
+    control characters (the body keeps them; a subject refuses them)."""
+    lines = (without_controls(line).strip() for line in text.splitlines())
+    first = next((line.lstrip("#").strip() for line in lines if line), "")
     if len(first) > SHORT_SUBJECT_MAX:
         first = first[: SHORT_SUBJECT_MAX - 1].rstrip() + "…"
     return first or "(no subject)"
