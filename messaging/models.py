@@ -27,6 +27,8 @@ from messaging import lookalikes
 
 NAME_MAX = 64
 RECIPIENTS_MAX = 100
+# Characters of one recipient string; a longer one reaches no agent (RECIPIENT_NOT_FOUND).
+RECIPIENT_MAX = 300
 SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
@@ -171,16 +173,16 @@ def check_agent_name(value: str) -> str:
 
 
 def check_recipient(value: str) -> str:
-    """A recipient: ``Name``, ``Name [ref]`` or an agent id; names NFKC-normalized."""
+    """A recipient: ``Name``, ``Name [ref]`` or an agent id, one line, names NFKC-normalized.
+
+    Its length is the send's to judge (``RECIPIENT_MAX``): a longer or unknown
+    recipient fails as a recipient, not as a shape."""
     _one_line(value)
     value = normal_name(value)
     if value.startswith("agt_"):
         return value
     match = LABEL_RE.match(value)
-    name = match.group("name") if match else value
-    if len(name) > NAME_MAX:
-        raise ValueError(f"names are at most {NAME_MAX} characters")
-    check_name(name)
+    check_name(match.group("name") if match else value)
     return value
 
 
@@ -238,9 +240,7 @@ Name = Annotated[
 Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
 IdempotencyKey = Annotated[
     OneLine, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
-Recipient = Annotated[
-    str, StringConstraints(min_length=1, max_length=NAME_MAX + 20), AfterValidator(check_recipient)
-]
+Recipient = Annotated[str, StringConstraints(min_length=1), AfterValidator(check_recipient)]
 
 
 class ProjectIn(Model):
