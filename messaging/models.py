@@ -233,20 +233,24 @@ def _integral(value: Any) -> Any:
 # them, the schema would lose its minimum and maximum.
 Integral = BeforeValidator(_integral)
 # Every single-line text of a request: no line break, no C0/C1 control character or DEL.
-OneLine = Annotated[str, AfterValidator(_one_line)]
+# The schema says so with a pattern; the validator checks it, to name the character.
+ONE_LINE_PATTERN = "^[^\u0000-\u001f\u007f-\u009f\u2028\u2029]*$"
+OneLineSchema = Field(json_schema_extra={"pattern": ONE_LINE_PATTERN})
+OneLine = Annotated[str, AfterValidator(_one_line), OneLineSchema]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
 ]
 Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
 IdempotencyKey = Annotated[
     OneLine, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
-Recipient = Annotated[str, StringConstraints(min_length=1), AfterValidator(check_recipient)]
+Recipient = Annotated[str, StringConstraints(min_length=1), AfterValidator(check_recipient),
+                      OneLineSchema]
 
 
 class ProjectIn(Model):
     """``POST /v1/projects``."""
 
-    project_key: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    project_key: Annotated[str, StringConstraints(min_length=1, max_length=4096), OneLineSchema]
     name: Annotated[OneLine, StringConstraints(min_length=1, max_length=200)] | None = None
 
     @field_validator("project_key")

@@ -331,3 +331,25 @@ def test_an_integer_field_takes_an_integral_float_and_refuses_a_fraction(
     for refused in (3.5, "3", True):
         with pytest.raises(ValidationError):
             model.model_validate_json(json.dumps({**base, field: refused}), strict=True)
+
+
+def _schema_of(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's string schema (the non-null side of an optional one)."""
+    return next((s for s in prop.get("anyOf", [prop]) if s.get("type") == "string"), prop)
+
+
+def test_the_schema_states_the_single_line_rule_as_a_pattern():
+    props = SendIn.model_json_schema()["properties"]
+    for field in ("subject", "summary", "sender_name", "idempotency_key", "project_key"):
+        assert _schema_of(props[field])["pattern"] == models.ONE_LINE_PATTERN, field
+    for field in ("to", "cc", "bcc"):
+        assert props[field]["items"]["pattern"] == models.ONE_LINE_PATTERN, field
+
+
+@given(st.text(max_size=12))
+@example("\n")
+@example("a\u2028b")
+def test_the_pattern_refuses_exactly_what_the_validator_refuses(text: str):
+    # JSON Schema's $ is the end of the text, as fullmatch reads the pattern here.
+    by_pattern = re.fullmatch(models.ONE_LINE_PATTERN.strip("^$"), text) is not None
+    assert by_pattern == accepts(SendIn, send(summary=text))
