@@ -27,6 +27,8 @@ from messaging import lookalikes
 
 NAME_MAX = 64
 RECIPIENTS_MAX = 100
+# Characters of one recipient string; a longer one reaches no agent (RECIPIENT_NOT_FOUND).
+RECIPIENT_MAX = 300
 SUBJECT_MAX = 200
 SUMMARY_MAX = 200
 IDEMPOTENCY_KEY_MAX = 255
@@ -86,12 +88,26 @@ class Presence(StrEnum):
 
 # Every character str.splitlines() breaks a line on.
 LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# C0 and C1 control characters and DEL (Unicode's category Cc): a host may type a
+# single-line text into a terminal or put it in an environment, where ESC, NUL,
+# Ctrl-U or a C1 CSI would act rather than be read.
+CONTROLS_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _one_line(value: str) -> str:
+    """A single-line text: no line break, no C0 or C1 control character, no DEL."""
     if any(ch in LINE_BREAKS for ch in value):
         raise ValueError("must be one line")
+    control = CONTROLS_RE.search(value)
+    if control is not None:
+        raise ValueError("must not contain control characters "
+                         f"(U+{ord(control.group()):04X}: C0, C1 and DEL are refused)")
     return value
+
+
+def without_controls(value: str) -> str:
+    """``value`` without its control characters (text stored before they were refused)."""
+    return CONTROLS_RE.sub("", value)
 
 
 def normal_name(value: str) -> str:
@@ -160,16 +176,16 @@ def check_agent_name(value: str) -> str:
 
 
 def check_recipient(value: str) -> str:
-    """A recipient: ``Name``, ``Name [ref]`` or an agent id; names NFKC-normalized."""
+    """A recipient: ``Name``, ``Name [ref]`` or an agent id, one line, names NFKC-normalized.
+
+    Its length is the send's to judge (``RECIPIENT_MAX``): a longer or unknown
+    recipient fails as a recipient, not as a shape."""
     _one_line(value)
     value = normal_name(value)
     if value.startswith("agt_"):
         return value
     match = LABEL_RE.match(value)
-    name = match.group("name") if match else value
-    if len(name) > NAME_MAX:
-        raise ValueError(f"names are at most {NAME_MAX} characters")
-    check_name(name)
+    check_name(match.group("name") if match else value)
     return value
 
 
@@ -219,21 +235,25 @@ def _integral(value: Any) -> Any:
 # after an int's constraints (``Annotated[int, Field(le=...), Integral]``): before
 # them, the schema would lose its minimum and maximum.
 Integral = BeforeValidator(_integral)
-OneLine = Annotated[str, AfterValidator(_one_line)]
+# Every single-line text of a request: no line break, no C0/C1 control character or DEL.
+# The schema says so with a pattern; the validator checks it, to name the character.
+ONE_LINE_PATTERN = "^[^\u0000-\u001f\u007f-\u009f\u2028\u2029]*$"
+OneLineSchema = Field(json_schema_extra={"pattern": ONE_LINE_PATTERN})
+OneLine = Annotated[str, AfterValidator(_one_line), OneLineSchema]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(check_agent_name)
 ]
 Subject = Annotated[OneLine, StringConstraints(min_length=1, max_length=SUBJECT_MAX)]
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
-Recipient = Annotated[
-    str, StringConstraints(min_length=1, max_length=NAME_MAX + 20), AfterValidator(check_recipient)
-]
+IdempotencyKey = Annotated[
+    OneLine, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
+Recipient = Annotated[str, StringConstraints(min_length=1), AfterValidator(check_recipient),
+                      OneLineSchema]
 
 
 class ProjectIn(Model):
     """``POST /v1/projects``."""
 
-    project_key: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    project_key: Annotated[str, StringConstraints(min_length=1, max_length=4096), OneLineSchema]
     name: Annotated[OneLine, StringConstraints(min_length=1, max_length=200)] | None = None
 
     @field_validator("project_key")
@@ -250,13 +270,13 @@ class TransportIn(Model):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    kind: Annotated[OneLine, StringConstraints(min_length=1, max_length=64)]
 
 
 class BoundSourceIn(Model):
     """The host conversation an agent is bound to."""
 
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    kind: Annotated[OneLine, StringConstraints(min_length=1, max_length=64)]
     thread_id: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
     title: Annotated[OneLine, StringConstraints(min_length=1, max_length=256)] | None = None
     link: Annotated[OneLine, StringConstraints(min_length=1, max_length=2048)] | None = None
@@ -271,7 +291,7 @@ class AgentIn(Model):
     name: Name
     transport: TransportIn
     bound_source: BoundSourceIn | None = None
-    parent: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    parent: Annotated[OneLine, StringConstraints(min_length=1, max_length=128)] | None = None
     inbound: Annotated[Inbound, ByValue] = Field(Inbound.OPEN, description=(
         "open (the default), or hold: mail from other agents waits for the project's human"))
     program: Annotated[OneLine, StringConstraints(max_length=200)] | None = None
@@ -348,7 +368,7 @@ def _truncated(value: str) -> str:
 
 
 # A label for the sender's own records: cut rather than refused.
-Summary = Annotated[str, AfterValidator(_truncated)]
+Summary = Annotated[OneLine, AfterValidator(_truncated)]
 SUMMARY_HELP = ("A 5-10 word label for your own records, never delivered to anyone; cut to "
                 f"{SUMMARY_MAX} characters rather than refused")
 
@@ -386,10 +406,10 @@ class SendFields(Model):
         "stored result again with idempotent_replay true and sends nothing; with another "
         "request it is 409 IDEMPOTENCY_KEY_CONFLICT. Without a key a retry sends another "
         "message: after a timeout, retry with the same key"))
-    project_key: str | None = Field(None, description=(
+    project_key: OneLine | None = Field(None, description=(
         "Optional check: your project's key; one that is not your token's is 403 "
         "SENDER_MISMATCH"))
-    sender_name: Annotated[str, AfterValidator(normal_name)] | None = Field(None, description=(
+    sender_name: Annotated[OneLine, AfterValidator(normal_name)] | None = Field(None, description=(
         "Optional check: your agent name; one that is not your token's is 403 "
         "SENDER_MISMATCH"))
     summary: Summary | None = Field(None, description=SUMMARY_HELP)
@@ -548,7 +568,7 @@ class SearchQuery(BaseModel):
         "Words that must all appear in the subject or body; `auth*` matches a prefix"))
     topic: Annotated[str, StringConstraints(pattern=TOPIC_RE.pattern)] | None = Field(
         None, description="Only messages with this topic")
-    sender: Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX),
+    sender: Annotated[OneLine, StringConstraints(min_length=1, max_length=NAME_MAX),
                       AfterValidator(normal_name)] | None = Field(
         None, alias="from", description="Only messages from the sender of this name")
     since: AwareDatetime | None = Field(

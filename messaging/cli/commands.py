@@ -475,21 +475,69 @@ def _print_sent(m: dict[str, Any]) -> None:
 @app.command()
 def send(
     to: Annotated[list[str], typer.Option("--to", help="recipient (repeat for more)")],
-    subject: Annotated[str, typer.Option(help="one line")],
+    subject: Annotated[str | None, typer.Option(
+        help="one line; required unless a resource notice (--resource-id ...)")] = None,
     body: Annotated[str | None, typer.Option(help="Markdown body [default: stdin]")] = None,
     body_file: Annotated[Path | None, typer.Option(help="read the body from a file")] = None,
-    cc: Annotated[list[str] | None, typer.Option(help="copied recipient")] = None,
+    cc: Annotated[list[str] | None, typer.Option(help="copied recipient (repeat)")] = None,
+    bcc: Annotated[list[str] | None, typer.Option(
+        help="blind copy: the other recipients do not see it (repeat)")] = None,
     importance: Annotated[str | None, typer.Option(help="low, normal, high, urgent")] = None,
+    ack_required: Annotated[bool | None, typer.Option(
+        "--ack-required/--no-ack-required",
+        help="ask the recipients to acknowledge [default: no]")] = None,
+    notification_policy: Annotated[str | None, typer.Option(
+        help="wake or quiet [default: the server's rule]")] = None,
+    delivery_policy: Annotated[str | None, typer.Option(help="checked or durable")] = None,
+    thread_id: Annotated[str | None, typer.Option(help="a thread to post in")] = None,
     topic: Annotated[str | None, typer.Option()] = None,
     idempotency_key: Annotated[str | None, typer.Option()] = None,
+    summary: Annotated[str | None, typer.Option(
+        help="a label for your own records, never delivered")] = None,
+    probe: Annotated[bool, typer.Option(help="a liveness ping")] = False,
+    resource_id: Annotated[str | None, typer.Option(
+        help="resource notice: the resource (with --phase-id, --state, --next-action; "
+             "no subject or body: Courier writes them)")] = None,
+    phase_id: Annotated[str | None, typer.Option(help="resource notice: the phase")] = None,
+    state: Annotated[str | None, typer.Option(
+        help="resource notice: released or cancelled")] = None,
+    next_action: Annotated[str | None, typer.Option(
+        help="resource notice: none, retry_admission or drop_dependency")] = None,
+    project_key: Annotated[str | None, typer.Option(
+        help="check: your project's key (403 if it is not the token's)")] = None,
+    sender_name: Annotated[str | None, typer.Option(
+        help="check: your agent's name (403 if it is not the token's)")] = None,
     url: Url = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Send a message as the agent of the token (an empty body is refused)."""
-    fields = {k: v for k, v in {"cc": cc, "importance": importance, "topic": topic,
-                                "idempotency_key": idempotency_key}.items() if v}
-    body_md = _read_body(body, body_file)
+    """Send a message as the agent of the token (an empty body is refused), or a resource
+    notice."""
+    fields: Json = {k: v for k, v in {
+        "cc": cc, "bcc": bcc, "importance": importance, "topic": topic,
+        "notification_policy": notification_policy, "delivery_policy": delivery_policy,
+        "thread_id": thread_id, "idempotency_key": idempotency_key, "summary": summary,
+        "project_key": project_key, "sender_name": sender_name}.items() if v}
+    if ack_required is not None:
+        fields["ack_required"] = ack_required
+    if probe:
+        fields["probe"] = True
+    notice = {k: v for k, v in {"resource_id": resource_id, "phase_id": phase_id,
+                                "state": state, "next_action": next_action}.items()
+              if v is not None}
+    if notice:
+        missing = [f"--{k.replace('_', '-')}" for k in
+                   ("resource_id", "phase_id", "state", "next_action") if k not in notice]
+        if missing:
+            fail(f"a resource notice needs {', '.join(missing)} too", Exit.USAGE)
+        fields["resource_notice"] = notice
+        # Given anyway, they go to the server, which refuses them by name.
+        body_md = _read_body(body, body_file) if body or body_file else None
+    else:
+        if subject is None:
+            fail("no subject: pass --subject (or a resource notice: --resource-id ...)",
+                 Exit.USAGE)
+        body_md = _read_body(body, body_file)
     m = call(url, token, CourierClient.send, to, subject, body_md, as_json=as_json, **fields)
     if as_json:
         print_json(m)

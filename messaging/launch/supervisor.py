@@ -29,6 +29,7 @@ from messaging.launch.embedded import (
     server_binary,
     wait_ready,
 )
+from messaging.launch.flower import USER as FLOWER_USER
 from messaging.runtime import children, logs
 from messaging.runtime.children import Child, Output
 from messaging.store.connect import redacted
@@ -193,14 +194,18 @@ def _announce(settings: Settings, out: Output) -> None:
     settings.resolve_operator_token()
     out.line(SUPERVISOR_NAME, f"data:   {settings.data_dir} (COURIER_DATA_DIR)")
     out.line(SUPERVISOR_NAME, f"API:    {_http_url(settings.host, settings.port)}")
-    out.line(SUPERVISOR_NAME, f"Flower: {_http_url(settings.flower_host, settings.flower_port)}")
     if settings.operator_token:
+        where = "COURIER_OPERATOR_TOKEN"
         out.line(SUPERVISOR_NAME, "operator token: the one in COURIER_OPERATOR_TOKEN")
     elif existed:
+        where = str(token_path)
         out.line(SUPERVISOR_NAME, f"operator token: in {token_path}")
     else:
+        where = str(token_path)
         out.line(SUPERVISOR_NAME, f"operator token: new, in {token_path} (readable by "
                                   f"its owner only)")
+    out.line(SUPERVISOR_NAME, f"Flower: {_http_url(settings.flower_host, settings.flower_port)} "
+                              f"(user {FLOWER_USER}, password: the operator token, in {where})")
 
 
 def _http_url(host: str, port: int) -> str:

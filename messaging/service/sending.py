@@ -24,11 +24,13 @@ from messaging.models import (
     HUMAN,
     NOTICE_ID_RE,
     NOTICE_SENDER,
+    RECIPIENT_MAX,
     SUBJECT_MAX,
     Importance,
     NotificationPolicy,
     ReplyIn,
     SendIn,
+    without_controls,
 )
 from messaging.service import suggestions
 from messaging.service.caller import Caller
@@ -55,7 +57,14 @@ REASON_CODES = {
     "closed": "RECIPIENT_CLOSED",
     "bound_source_lost": "BOUND_SOURCE_LOST",
     "no_main": "RECIPIENT_NOT_FOUND",  # `main` from an agent without a parent
+    "too_long": "RECIPIENT_NOT_FOUND",  # over RECIPIENT_MAX characters: no agent has it
+    "ambiguous": "RECIPIENT_AMBIGUOUS",  # a bare name of agents the rules cannot tell apart
 }
+# A suggested name held by several active agents is suggested as each one's `Name [ref]`,
+# read among the agents it was last registered by.
+HOLDERS_READ = 8
+# Characters of an over-long recipient that an error's message shows.
+NAME_SHOWN = 64
 WARN_UNKNOWN = "{r}: unknown standalone state is not proof of death"
 WARN_EXITED = "{r}: exited; the mail waits until its host resumes it"
 WARN_BROKER = (
@@ -371,7 +380,7 @@ async def _request(
         # lifetime. The script writes who it is from (the sender's address or its
         # root's: it resolves the recipients), first in the stored JSON.
         message_json=pack_message(message),
-        recipients=recipients,
+        recipients=[resolvable(r) for r in recipients],
         delivery_ids=[ids.new_delivery_id(project_id) for _ in recipients],
         now_us=now, due_ms=now // 1000 + int(settings.outbox_grace_s * 1000),
         policy=policy, quiet_invalid=quiet_invalid, has_bcc=bool(body.bcc),
@@ -379,6 +388,12 @@ async def _request(
         fingerprint=fingerprint(operation, req) if body.idempotency_key else "",
         ready_kinds=tuple(dispatcher.ready_kinds),
     )
+
+
+def resolvable(recipient: str) -> str:
+    """A recipient as admission resolves it: one over ``RECIPIENT_MAX`` characters reaches
+    no agent, so it is cut (still over the limit, marked ``…``) rather than carried whole."""
+    return recipient if len(recipient) <= RECIPIENT_MAX else recipient[:RECIPIENT_MAX] + "…"
 
 
 def _hand_over(dispatcher: DeliveryPublisher, project_id: str,
@@ -445,17 +460,40 @@ async def _rejection(store: Store, project_id: str, admission: Admission) -> Cou
     if status == "sender_gone":
         return unauthenticated("unknown token")
     failures = admission.failures
+    for f in failures:
+        if len(f["to"]) > RECIPIENT_MAX:
+            f["reason"] = "too_long"
     unknown = [f for f in failures if f["reason"] == "not_found"]
     names = await store.agent_names(project_id, suggestions.POOL_MAX) if unknown else []
     close = suggestions.close_names([f["to"].split(" [")[0] for f in unknown], names)
     for f, suggested in zip(unknown, close, strict=True):
-        f["suggestions"] = suggested
+        f["suggestions"] = await suggested_addresses(store, project_id, suggested)
     for f in failures:
         f["reason_code"] = REASON_CODES[f["reason"]]
     code = min((f["reason_code"] for f in failures), key=RECIPIENT_REASON_ORDER.index)
-    listed = ", ".join(f"{f['to']} ({f['reason']})" for f in failures)
-    return CourierError(code, f"nothing was sent; these recipients cannot take mail: {listed}",
-                        {"recipients": failures})
+    return CourierError(code, "nothing was sent; these recipients cannot take mail: "
+                        + ", ".join(failure_text(f) for f in failures), {"recipients": failures})
+
+
+async def suggested_addresses(store: Store, project_id: str, names: list[str]) -> list[str]:
+    """Suggested names as a sender should write them: a name several active agents
+    hold, as each one's ``Name [ref]`` (the bare name would be ambiguous or reach
+    only the latest)."""
+    held = await store.holders(project_id, names, HOLDERS_READ)
+    out: list[str] = []
+    for name, agents in zip(names, held, strict=True):
+        out.extend([label(agent) for agent in agents] if len(agents) > 1 else [name])
+    return out
+
+
+def failure_text(failure: Json) -> str:
+    """One failing recipient as an error's message lists it."""
+    if failure["reason"] == "ambiguous":
+        return (f"{failure['to']} (ambiguous: name one of "
+                f"{', '.join(failure['candidates'])})")
+    if failure["reason"] == "too_long":
+        return f"{failure['to'][:NAME_SHOWN]}… (longer than {RECIPIENT_MAX} characters)"
+    return f"{failure['to']} ({failure['reason']})"
 
 
 async def reply(
@@ -490,7 +528,8 @@ async def _reply(
     sender = await store.get_agent(project_id, original["sender_id"])
     if sender is None:
         raise not_found("agent")
-    subject = original["subject"]
+    # Mail admitted before subjects refused control characters has them still.
+    subject = without_controls(original["subject"])
     if not subject.lower().startswith("re:"):
         subject = f"Re: {subject}"
     fields = body.model_dump(mode="json", exclude_unset=True)

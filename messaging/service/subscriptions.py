@@ -27,13 +27,21 @@ from messaging.config import Settings
 from messaging.errors import CourierError, from_validation, not_found, unauthenticated
 from messaging.models import (
     NOTICE_SENDER,
+    RECIPIENT_MAX,
     Inbound,
     SendIn,
     SubscriptionIn,
     SubscriptionMessageIn,
 )
 from messaging.service.caller import Caller
-from messaging.service.sending import REASON_CODES, DeliveryPublisher, SendAnswer, send
+from messaging.service.sending import (
+    REASON_CODES,
+    DeliveryPublisher,
+    SendAnswer,
+    failure_text,
+    resolvable,
+    send,
+)
 from messaging.service.views import label
 from messaging.store.live import Subscription
 from messaging.store.schema import pack_message
@@ -88,13 +96,30 @@ def _notice_json(state: str, sub: Json, project_key: str) -> str:
     return pack_message(message)
 
 
-def _refused(target: str, reason: str, *, persisted: bool) -> CourierError:
+def _refused(target: str, reason: str, *, persisted: bool,
+             candidates: list[str] | None = None) -> CourierError:
     code = REASON_CODES.get(reason, "RECIPIENT_NOT_FOUND")
+    failure: Json = {"to": target, "reason": reason, "reason_code": code,
+                     **({"candidates": candidates} if candidates else {})}
     return CourierError(
-        code, f"no subscription: the target {target} cannot be watched ({reason})",
-        {"field": "target", "recipients": [{"to": target, "reason": reason, "reason_code": code}]},
-        persisted=persisted,
+        code, f"no subscription: the target cannot be watched: {failure_text(failure)}",
+        {"field": "target", "recipients": [failure]}, persisted=persisted,
     )
+
+
+async def _target(store: Store, project_id: str, target: str, subscriber_id: str) -> Json:
+    """The agent a subscription's target reaches.
+
+    Raises:
+        CourierError: it reaches none (a recipient's error; nothing stored).
+    """
+    agent, reason, tied = await store.live.resolve_target(project_id, resolvable(target),
+                                                          subscriber_id)
+    if agent is None:
+        if len(target) > RECIPIENT_MAX:
+            reason = "too_long"
+        raise _refused(resolvable(target), reason, persisted=False, candidates=tied)
+    return agent
 
 
 def view(sub: Json) -> Json:
@@ -177,9 +202,7 @@ async def subscribe(
         # Derived from the message: a retried request finds the same subscription.
         sub_id = "sub_" + sent.body["id"].removeprefix("msg_")
     else:
-        target, reason = await store.live.resolve_target(project_id, body.target, subscriber_id)
-        if target is None:
-            raise _refused(body.target, reason, persisted=False)
+        target = await _target(store, project_id, body.target, subscriber_id)
         target_id, target_label = target["id"], label(target)
         sub_id = new_subscription_id(project_id)
     notice_mid = ids.new_message_id(project_id)

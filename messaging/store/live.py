@@ -109,14 +109,15 @@ class Live:
 
     async def resolve_target(
         self, project_id: str, target: str, subscriber_id: str
-    ) -> tuple[Json | None, str]:
-        """The agent a target string reaches for this subscriber, or (None, why not)."""
-        verdict, value = await self.scripts["resolve_target"](
+    ) -> tuple[Json | None, str, list[str]]:
+        """The agent a target string reaches for this subscriber, or (None, why not, the
+        ``Name [ref]`` labels of the agents a name is ambiguous between)."""
+        verdict, value, *tied = await self.scripts["resolve_target"](
             keys=[keys.agents(project_id), keys.names(project_id), keys.refs(project_id)],
             args=[target, subscriber_id])
         if verdict == "ok":
-            return json.loads(value), ""
-        return None, str(value)
+            return json.loads(value), "", []
+        return None, str(value), json.loads(tied[0]) if tied else []
 
     async def subscribe(self, project_id: str, sub: Subscription, now_us: int,
                         due_ms: int) -> Subscribed:

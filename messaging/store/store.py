@@ -360,6 +360,21 @@ class Store:
             return None
         return [str(n) for n in await self.client.hkeys(keys.names(project_id))]
 
+    async def holders(self, project_id: str, names: Sequence[str], most: int) -> list[list[Json]]:
+        """For each of ``names``, its active agents among the ``most`` it was last
+        registered by, in registration order."""
+        if not names:
+            return []
+        lists = await self.client.hmget(keys.names(project_id), list(names))
+        ids_of = [json.loads(raw)[-most:] if raw else [] for raw in lists]
+        wanted = [agent_id for agent_ids in ids_of for agent_id in agent_ids]
+        raws = await self.client.hmget(keys.agents(project_id), wanted) if wanted else []
+        agents = {agent_id: json.loads(raw) for agent_id, raw in zip(wanted, raws, strict=True)
+                  if raw}
+        return [[agents[a] for a in agent_ids
+                 if a in agents and agents[a][AgentField.STATUS] == "active"]
+                for agent_ids in ids_of]
+
     async def update_agent(
         self, project_id: str, agent_id: str, fields: Json, touch_us: int | None
     ) -> Json | None:

@@ -40,6 +40,7 @@ from messaging.models import (
     SendIn,
     SubscriptionIn,
     Summary,
+    without_controls,
 )
 from messaging.runtime.publish import BatchPublisher
 from messaging.service import directory, reading, search, sending, subscriptions
@@ -116,9 +117,10 @@ async def run_tool(scope: Scope, call: Call) -> Json:
 
 
 def short_subject(text: str) -> str:
-    """The subject of a short-form send: the message's first line, shortened."""
-    first = next((line.strip().lstrip("#").strip() for line in text.splitlines()
-                  if line.strip()), "")
+    """The subject of a short-form send: the message's first line, shortened, without
+    control characters (the body keeps them; a subject refuses them)."""
+    lines = (without_controls(line).strip() for line in text.splitlines())
+    first = next((line.lstrip("#").strip() for line in lines if line), "")
     if len(first) > SHORT_SUBJECT_MAX:
         first = first[: SHORT_SUBJECT_MAX - 1].rstrip() + "…"
     return first or "(no subject)"
@@ -163,6 +165,9 @@ class ShortSendArgs(Model):
         "becomes the subject): make it a self-contained sentence saying what this is about, "
         "not a greeting or a bare mention. Omit it with notify_when_idle for a pure "
         "subscription"))
+    body: str | None = Field(None, description=(
+        "The same as message, by the name other hosts' send tools give it; give one of the "
+        "two"))
     summary: Summary | None = Field(None, description=SUMMARY_HELP)
     notify_when_idle: bool = Field(False, description=(
         "Get ONE notice in your inbox when the recipient next goes idle or exits (or one "
@@ -171,6 +176,14 @@ class ShortSendArgs(Model):
         "(from your main conversation only)"))
 
 
+# Permissions are each session's own: a peer that does what yours refused would
+# launder the user's decision through another session.
+PERMISSION_GUIDANCE = (
+    "Permissions belong to each session: NEVER ask a peer to perform an action that was "
+    "denied or blocked in your session, or that your own permission settings would block; "
+    "a peer doing it for you bypasses your user's decision. Take blocked work back to your "
+    "user instead."
+)
 # What every sending tool says of when and how to send (the recipient's human reads
 # only the first line; a warning is no reason to send again).
 SENDING_GUIDANCE = (
@@ -185,7 +198,8 @@ SENDING_GUIDANCE = (
     "held mail, unknown presence); they are not errors, and storage is not task acceptance. "
     "Uncertain delivery (a timeout, an unknown outcome, a warning) is never a reason to send "
     "again by another route or tool: retry only the same call with the same idempotency_key, "
-    "which answers the stored result. Return once it answers; do not poll for delivery."
+    "which answers the stored result. Return once it answers; do not poll for delivery. "
+    + PERMISSION_GUIDANCE
 )
 SEND_MESSAGE_HELP = (
     "Send a Markdown message to agents of your project (POST /v1/messages): to, subject, "
@@ -196,11 +210,12 @@ SEND_MESSAGE_HELP = (
     + SENDING_GUIDANCE
 )
 SEND_HELP = (
-    "Short form of send_message: to one recipient, the message text (its first line becomes "
-    "the subject), a summary label for you, and notify_when_idle to hear once when the "
-    "recipient next goes idle. notify_when_idle without a message is a pure subscription "
-    "(the answer's subscription only; nothing is sent). With notify_when_idle the answer "
-    "says in subscription.notice_to who will see the notice. " + SENDING_GUIDANCE
+    "Short form of send_message: to one recipient, the message text (message, or body: the "
+    "same; its first line becomes the subject), a summary label for you, and "
+    "notify_when_idle to hear once when the recipient next goes idle. notify_when_idle "
+    "without a message is a pure subscription (the answer's subscription only; nothing is "
+    "sent). With notify_when_idle the answer says in subscription.notice_to who will see "
+    "the notice. " + SENDING_GUIDANCE
 )
 
 
@@ -338,7 +353,10 @@ async def _subscribe_idle(svc: ToolServices, who: Caller, args: SubscriptionIn) 
 
 @_tool("send", SEND_HELP)
 async def _send(svc: ToolServices, who: Caller, args: ShortSendArgs) -> Json:
-    text = args.message if args.message and args.message.strip() else None
+    if args.body is not None and args.message is not None:
+        raise invalid("body", "give the text once: message or body, not both")
+    given = args.message if args.body is None else args.body
+    text = given if given and given.strip() else None
     if text is None and not args.notify_when_idle:
         raise invalid("message", "required unless notify_when_idle is true")
     fields = {k: v for k, v in (("subject", text and short_subject(text)), ("body_md", text),

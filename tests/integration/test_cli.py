@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -163,6 +164,45 @@ def test_send_inbox_and_delivery_commands_show_the_message_and_its_stages(projec
                   "provider_result_recorded", "delivery_observed"):
         assert stage in table
     assert "outcome accepted" in table
+
+
+def test_send_takes_every_field_of_the_api(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    project.agent("Carol"), project.agent("Dan")
+    first = alice.api.send(["Bob"], "Plan", "x")
+    env = client_env(project)
+    shown = courier("send", "--to", "Bob", "--cc", "Carol", "--bcc", "Dan", "--subject", "Go",
+                    "--body", "# Go", "--importance", "high", "--ack-required",
+                    "--notification-policy", "wake", "--delivery-policy", "durable",
+                    "--thread-id", first["thread_id"], "--topic", "deploy",
+                    "--idempotency-key", "cli-1", "--summary", "my label", "--sender-name",
+                    "Alice", "--project-key", project.project_key, "--json",
+                    "--token", alice.row["token"], env=env)
+    sent = alice.api.get_message(json.loads(shown)["id"])
+    assert (sent["cc"], sent["bcc"], sent["thread_id"], sent["topic"]) == (
+        ["Carol"], ["Dan"], first["thread_id"], "deploy")
+    assert (sent["importance"], sent["ack_required"], sent["notification_policy"],
+            sent["delivery_policy"]) == ("high", True, "wake", "durable")
+    assert sent["summary"] == "my label"
+    again = courier("send", "--to", "Bob", "--cc", "Carol", "--bcc", "Dan", "--subject", "Go",
+                    "--body", "# Go", "--importance", "high", "--ack-required",
+                    "--notification-policy", "wake", "--delivery-policy", "durable",
+                    "--thread-id", first["thread_id"], "--topic", "deploy",
+                    "--idempotency-key", "cli-1", "--json", "--token", alice.row["token"],
+                    env=env)
+    assert json.loads(again)["idempotent_replay"] is True
+    assert bob.api.get_message(sent["id"])["bcc"] == []
+
+
+def test_send_takes_a_resource_notice_and_courier_writes_its_text(project: Project):
+    alice, bob = project.agent("Alice"), project.agent("Bob")
+    shown = courier("send", "--to", "Bob", "--resource-id", "db-lock", "--phase-id",
+                    "migrate:1", "--state", "released", "--next-action", "retry_admission",
+                    "--idempotency-key", "notice-1", "--json", "--token", alice.row["token"],
+                    env=client_env(project))
+    sent = bob.api.get_message(json.loads(shown)["id"])
+    assert sent["subject"] == "Alice reports `db-lock` released (phase migrate:1)"
+    assert sent["notification_policy"] == "wake"
 
 
 def test_an_api_error_exits_with_its_code(project: Project):

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 
 HOSTILE = "x\x1b]0;TITLE\x07\x1b[31mRED \u202eevil\u202c \x9b2J"
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\u202c")
+# What a subject may hold of it: a subject refuses control characters, not bidi ones.
+HOSTILE_SUBJECT = "x \u202eevil\u202c"
 
 
 def run(*args: str, env: dict[str, str], stdin: str | None = None,
@@ -170,19 +172,19 @@ def test_text_from_agents_is_shown_with_its_escapes_never_raw(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     project.agent("Guarded", inbound="hold")
     body = f"line one {HOSTILE}\nline two\ttabbed\r overwritten?"
-    alice.api.send(["Bob"], HOSTILE, body)
-    alice.api.send(["Guarded"], HOSTILE, body)
+    alice.api.send(["Bob"], HOSTILE_SUBJECT, body)
+    alice.api.send(["Guarded"], HOSTILE_SUBJECT, body)
     env = client_env(project, COLUMNS="200")
     wait_until(lambda: bob.api.inbox()["messages"], what="the message")
     shown = run("inbox", "--token", bob.row["token"], env=env).stdout
     held = run("held", "--project", project.project_id, "--token", project.token,
                env=env).stdout
-    for output in (shown, held):
+    for output in (shown, held):  # the held list shows subjects, the inbox bodies too
         assert not any(ch in output for ch in RAW), repr(output)
-        assert "x\\x1b]0;TITLE\\x07\\x1b[31mRED" in output, output
-        assert "\\u202eevil\\u202c" in output and "\\x9b2J" in output
+        assert "x \\u202eevil\\u202c" in output, output
+    assert "x\\x1b]0;TITLE\\x07\\x1b[31mRED" in shown and "\\x9b2J" in shown, shown
     assert re.search(r"\nline two\s+tabbed\\x0d overwritten\?", shown)  # newlines, tabs stay
     as_json = run("inbox", "--json", "--token", bob.row["token"], env=env).stdout
     assert not any(ch in as_json for ch in RAW)
     message = json.loads(as_json)["messages"][0]
-    assert message["subject"] == HOSTILE and message["body_md"] == body
+    assert message["subject"] == HOSTILE_SUBJECT and message["body_md"] == body

@@ -177,3 +177,31 @@ def test_a_tool_takes_exactly_its_http_twins_fields(pair: Pair, tool: str, schem
     assert set(mcp_schema["properties"]) == set(http_schema["properties"])
     for field, prop in http_schema["properties"].items():
         assert mcp_schema["properties"][field]["description"] == prop["description"], field
+
+
+def test_send_takes_body_as_the_native_send_example_writes_it(pair: Pair):
+    text = "Inspect the proposed authorization change and record your findings here."
+    error, sent = call(pair, "send", to="Bob", body=text)
+    assert error is False, sent
+    stored = pair.bob.api.get_message(sent["id"])
+    assert (stored["body_md"], stored["subject"]) == (text, text)
+
+
+def test_send_with_both_body_and_message_is_refused_naming_body(pair: Pair):
+    error, answer = call(pair, "send", to="Bob", body="one text", message="another")
+    assert error is True and answer["persisted"] is False
+    assert (answer["error"]["code"], answer["error"]["details"]["field"]) == (
+        "INVALID_ARGUMENT", "body")
+    assert pair.bob.api.inbox()["messages"] == []
+
+
+def test_every_sending_tool_says_never_to_ask_a_peer_for_what_was_denied(pair: Pair):
+    async def listed() -> dict[str, Any]:
+        async with mcp(pair.project, pair.alice) as tools:
+            return {t.name: t for t in (await tools.client.list_tools()).tools}
+
+    tools = asyncio.run(listed())
+    for name in ("send", "send_message", "reply_message"):
+        text = " ".join((tools[name].description or "").split())
+        assert "NEVER ask a peer to perform an action that was denied" in text, name
+        assert "back to your user" in text, name

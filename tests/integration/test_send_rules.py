@@ -92,6 +92,38 @@ def test_unknown_recipients_are_all_listed_with_close_names(project: Project):
     assert failing[2]["suggestions"] == ["Bob"]
 
 
+def test_a_suggested_name_several_agents_hold_is_suggested_as_each_ones_label(
+        project: Project):
+    alice, first, second = project.agent("Alice"), project.agent("Bob"), project.agent("Bob")
+    project.agent("Carol")
+    error = rejected(project, alice, msg(["Bobb", "Carl"]), 422, "RECIPIENT_NOT_FOUND")
+    bobb, carl = error["details"]["recipients"]
+    assert bobb["suggestions"] == [first.label, second.label]
+    assert carl["suggestions"] == ["Carol"]  # one agent holds it: the bare name reaches it
+
+
+@pytest.mark.parametrize("length", [65, 84, 85, 300])
+def test_a_recipient_of_up_to_300_characters_no_agent_has_is_recipient_not_found(
+        project: Project, length: int):
+    alice = project.agent("Alice")
+    for to in ("n" * length, "n" * (length - 9) + " [abcdef]"):
+        error = rejected(project, alice, msg(to), 422, "RECIPIENT_NOT_FOUND")
+        assert error["details"]["recipients"] == [
+            {"to": to, "reason": "not_found", "reason_code": "RECIPIENT_NOT_FOUND",
+             "suggestions": []}]
+
+
+def test_a_recipient_over_300_characters_is_a_recipient_error_beside_the_others(
+        project: Project):
+    alice, _ = project.agent("Alice"), project.agent("Bob")
+    error = rejected(project, alice, msg(["Bob", "n" * 5000, "Nobody"]), 422,
+                     "RECIPIENT_NOT_FOUND")
+    failing = error["details"]["recipients"]
+    assert [(f["to"], f["reason"]) for f in failing] == [
+        ("n" * 300 + "…", "too_long"), ("Nobody", "not_found")]
+    assert "longer than 300 characters" in error["message"]
+
+
 @pytest.mark.parametrize("form", ["wrong name for a ref", "unknown ref", "unknown agent id",
                                   "agent id of another project"])
 def test_an_exact_address_that_matches_no_agent_is_recipient_not_found(project: Project,

@@ -3,6 +3,7 @@ agent-name rules; the default notification policy. On the real stack."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -110,6 +111,55 @@ def test_an_idle_subscription_resolves_a_name_as_admission_does(project: Project
     older.api.set_presence("exited")
     sub = alice.api.subscribe_idle("Worker")
     assert sub["target_id"] == newer.id
+
+
+def _tie(project: Project, *agents: Agent) -> None:
+    """Give ``agents`` the same last use, to the microsecond: a tie the rules cannot break
+    (as two registrations in the same microsecond, by two API processes, would make)."""
+    with project.stack.redis() as r:
+        for a in agents:
+            record = json.loads(r.hget(keys.agents(project.project_id), a.id))
+            record["used_us"] = "1700000000000000"
+            r.hset(keys.agents(project.project_id), a.id, json.dumps(record))
+
+
+def test_a_bare_name_two_agents_tie_for_is_ambiguous_and_lists_both_labels(project: Project):
+    alice = project.agent("Alice")
+    first, second = project.agent("Worker"), project.agent("Worker")
+    _tie(project, first, second)
+    before = project_state(project.stack, project.project_id)
+    e = refused(alice.api.send, "Worker", "Handoff", "x")
+    assert (e.status, e.code) == (422, "RECIPIENT_AMBIGUOUS")
+    assert e.details["recipients"] == [{
+        "to": "Worker", "reason": "ambiguous", "reason_code": "RECIPIENT_AMBIGUOUS",
+        "candidates": [first.label, second.label]}]
+    assert first.label in str(e) and second.label in str(e)
+    assert project_state(project.stack, project.project_id) == before  # nothing stored
+
+
+def test_a_label_of_a_tied_name_reaches_its_agent(project: Project):
+    alice = project.agent("Alice")
+    first, second = project.agent("Worker"), project.agent("Worker")
+    _tie(project, first, second)
+    assert reached(alice, first.label) == first.id
+    assert reached(alice, second.label) == second.id
+
+
+def test_use_breaks_a_tie_and_the_bare_name_reaches_the_agent_used(project: Project):
+    alice = project.agent("Alice")
+    first, second = project.agent("Worker"), project.agent("Worker")
+    _tie(project, first, second)
+    first.api.set_presence("busy")
+    assert reached(alice, "Worker") == first.id
+
+
+def test_an_idle_subscription_to_a_tied_name_is_ambiguous_too(project: Project):
+    alice = project.agent("Alice")
+    first, second = project.agent("Worker"), project.agent("Worker")
+    _tie(project, first, second)
+    e = refused(alice.api.subscribe_idle, "Worker")
+    assert e.code == "RECIPIENT_AMBIGUOUS"
+    assert e.details["recipients"][0]["candidates"] == [first.label, second.label]
 
 
 def test_the_chosen_agent_is_pinned_whatever_registers_later(project: Project):

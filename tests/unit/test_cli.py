@@ -115,3 +115,17 @@ def test_a_send_from_a_terminal_without_a_body_refuses_instead_of_sending_empty(
     assert done.returncode == 2  # usage
     assert "no body" in done.stderr and "--body" in done.stderr
     assert "cannot reach" not in done.stderr  # refused before any request
+
+
+def test_the_start_banner_says_flowers_user_and_where_its_password_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from messaging.launch.supervisor import SUPERVISOR_NAME, _announce
+    from messaging.runtime.children import Output
+
+    settings = get_settings().model_copy(update={"data_dir": tmp_path / "data"})
+    _announce(settings, Output([SUPERVISOR_NAME]))
+    flower = next(line for line in capsys.readouterr().out.splitlines() if "Flower:" in line)
+    assert "user operator" in flower, flower
+    assert f"password: the operator token, in {tmp_path / 'data' / 'operator-token'}" in flower
+    assert settings.resolve_operator_token() not in flower

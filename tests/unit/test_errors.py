@@ -110,8 +110,10 @@ def test_an_unknown_code_is_refused():
 
 
 def test_recipient_reasons_are_422_codes_in_api_md_order():
+    # The contract's order, then a tie the resolution rules cannot break.
     assert RECIPIENT_REASON_ORDER == (
-        "RECIPIENT_NOT_FOUND", "RECIPIENT_RETIRED", "RECIPIENT_CLOSED", "BOUND_SOURCE_LOST")
+        "RECIPIENT_NOT_FOUND", "RECIPIENT_RETIRED", "RECIPIENT_CLOSED", "BOUND_SOURCE_LOST",
+        "RECIPIENT_AMBIGUOUS")
     assert {STATUS_BY_CODE[c] for c in RECIPIENT_REASON_ORDER} == {422}
 
 

@@ -19,8 +19,10 @@ from pydantic import BaseModel, ValidationError
 from messaging import ids, lookalikes, models
 from messaging.models import (
     BIDI_CONTROLS,
+    CONTROLS_RE,
     LINE_BREAKS,
     NAME_MAX,
+    RECIPIENT_MAX,
     RECIPIENTS_MAX,
     RESERVED_NAMES,
     SUBJECT_MAX,
@@ -181,10 +183,11 @@ def test_a_recipient_that_is_no_name_label_or_agent_id_is_refused(recipient: str
         assert not accepts(SendIn, body)
 
 
-@given(st.text("abcdefgh", min_size=NAME_MAX + 1, max_size=NAME_MAX + 8), refs)
-def test_a_recipient_whose_name_is_longer_than_64_is_refused(name: str, ref: str):
-    assert not accepts(SendIn, send(to=[name]))
-    assert not accepts(SendIn, send(to=[f"{name} [{ref}]"]))
+@given(st.text("abcdefgh", min_size=NAME_MAX + 1, max_size=RECIPIENT_MAX + 8), refs)
+def test_a_recipient_longer_than_any_name_is_no_shape_error(name: str, ref: str):
+    # It reaches no agent: the send's recipient error says so (RECIPIENT_NOT_FOUND).
+    assert accepts(SendIn, send(to=[name]))
+    assert accepts(SendIn, send(to=[f"{name} [{ref}]"]))
 
 
 @given(st.integers(0, RECIPIENTS_MAX), st.integers(0, RECIPIENTS_MAX), st.integers(0, 3))
@@ -221,14 +224,54 @@ def test_a_thread_id_is_accepted_exactly_when_it_is_1_to_128_of_its_characters(t
 @example("x" * SUBJECT_MAX)
 @example("Handoff\nsecond line")
 @example("Handoff\r")
+@example("Handoff\x1b[2J")
 def test_a_subject_is_accepted_exactly_when_it_is_one_line_of_1_to_200(subject: str):
-    expected = 1 <= len(subject) <= SUBJECT_MAX and not set(subject) & LINE_BREAKS
+    expected = (1 <= len(subject) <= SUBJECT_MAX and not set(subject) & LINE_BREAKS
+                and not CONTROLS_RE.search(subject))
     assert accepts(SendIn, send(subject=subject)) == expected
 
 
-@given(st.text(max_size=3 * SUMMARY_MAX))
-def test_a_summary_is_truncated_to_200_never_refused(summary: str):
+@given(st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=3 * SUMMARY_MAX))
+def test_a_summary_is_truncated_to_200_never_refused_for_its_length(summary: str):
     assert parse(SendIn, send(summary=summary)).summary == summary[:SUMMARY_MAX]
+
+
+# Every single-line text of a send, and how to put a text there.
+SINGLE_LINE_SEND_FIELDS = {
+    "subject": lambda t: {"subject": t},
+    "summary": lambda t: {"summary": t},
+    "sender_name": lambda t: {"sender_name": t},
+    "idempotency_key": lambda t: {"idempotency_key": t},
+    "project_key": lambda t: {"project_key": "/srv/" + t},
+    "to": lambda t: {"to": [t]},
+    "cc": lambda t: {"cc": [t]},
+    "bcc": lambda t: {"bcc": [t]},
+    "agent id in to": lambda t: {"to": ["agt_" + t]},
+    "label in to": lambda t: {"to": [f"{t} [abcdef]"]},
+}
+controls = st.characters(categories=("Cc",))
+around = st.text("abc xyz", max_size=8)
+
+
+@given(st.sampled_from(sorted(SINGLE_LINE_SEND_FIELDS)), around, controls, around)
+@example("subject", "FYI", "\x15", "touch /tmp/pwned #")
+def test_a_control_character_in_any_single_line_text_of_a_send_is_refused(
+        field: str, before: str, control: str, after: str):
+    text = "x" + before + control + after + "x"  # no outer space to refuse a name for
+    assert not accepts(SendIn, send(**SINGLE_LINE_SEND_FIELDS[field](text)))
+    assert accepts(SendIn, send(**SINGLE_LINE_SEND_FIELDS[field]("x" + before + after + "x")))
+
+
+@given(st.sampled_from(["name", "program", "model", "parent"]), controls)
+def test_a_control_character_in_an_agents_single_line_text_is_refused(field: str,
+                                                                     control: str):
+    assert not accepts(AgentIn, {**agent("Carol"), field: f"a{control}b"})
+
+
+@given(st.text(controls, min_size=1, max_size=5), st.text(max_size=20))
+def test_a_body_keeps_every_control_character(controls_: str, text: str):
+    body = text + controls_ + "\t\r\n"
+    assert parse(SendIn, send(body_md=body)).body_md == body
 
 
 # extra fields and strict types
@@ -288,3 +331,25 @@ def test_an_integer_field_takes_an_integral_float_and_refuses_a_fraction(
     for refused in (3.5, "3", True):
         with pytest.raises(ValidationError):
             model.model_validate_json(json.dumps({**base, field: refused}), strict=True)
+
+
+def _schema_of(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's string schema (the non-null side of an optional one)."""
+    return next((s for s in prop.get("anyOf", [prop]) if s.get("type") == "string"), prop)
+
+
+def test_the_schema_states_the_single_line_rule_as_a_pattern():
+    props = SendIn.model_json_schema()["properties"]
+    for field in ("subject", "summary", "sender_name", "idempotency_key", "project_key"):
+        assert _schema_of(props[field])["pattern"] == models.ONE_LINE_PATTERN, field
+    for field in ("to", "cc", "bcc"):
+        assert props[field]["items"]["pattern"] == models.ONE_LINE_PATTERN, field
+
+
+@given(st.text(max_size=12))
+@example("\n")
+@example("a\u2028b")
+def test_the_pattern_refuses_exactly_what_the_validator_refuses(text: str):
+    # JSON Schema's $ is the end of the text, as fullmatch reads the pattern here.
+    by_pattern = re.fullmatch(models.ONE_LINE_PATTERN.strip("^$"), text) is not None
+    assert by_pattern == accepts(SendIn, send(summary=text))

@@ -61,7 +61,8 @@
 --    expiry set again as it was: the only write)
 --   {"status":"conflict"}
 --   {"status":"sender_gone"}
---   {"status":"recipients","failures":[{"to","reason"}]}
+--   {"status":"recipients","failures":[{"to","reason","candidates"?}]}
+--     (candidates: the `Name [ref]` labels of a name's tied agents, reason "ambiguous")
 --   {"status":"quiet_not_allowed"}
 
 local agents_key = KEYS[1]
@@ -134,7 +135,8 @@ end
 local sender = cjson.decode(sender_raw)
 local now = a.now_us
 local ctx = {agents = agents_key, names = names_key, refs = refs_key, allowed = allowed_key,
-  sender = sender, now_ms = string.format("%d", math.floor(tonumber(now) / 1000))}
+  sender = sender, now_ms = string.format("%d", math.floor(tonumber(now) / 1000)),
+  refuse_ties = true}
 
 -- targets in order of first mention: {agent} or {pending = name, auth, waiting}
 local failures, targets, seen, resolved = {}, {}, {}, {}
@@ -152,6 +154,10 @@ for i, r in ipairs(a.recipients) do
       seen["\0" .. r.s] = true
       table.insert(targets, {pending = r.s, auth = auth, waiting = recipient_keys[i].waiting})
     end
+  elseif err == "ambiguous" then
+    local candidates = {}
+    for _, tied in ipairs(auth) do table.insert(candidates, agent_label(tied)) end
+    table.insert(failures, {to = r.s, reason = err, candidates = candidates})
   else
     table.insert(failures, {to = r.s, reason = err})
   end

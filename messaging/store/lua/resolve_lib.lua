@@ -12,12 +12,18 @@
 --   reason  "not_found" | "retired" | "closed" | "bound_source_lost" | "no_main"
 --           | "pending" (an authorized name no agent has registered: the third
 --           value is its authorization {expires_ms})
+--           | "ambiguous" (ctx.refuse_ties only: the third value is the tied
+--           agents' records, in registration order)
 --
 -- A bare name reaches, among the project's active agents of that name:
 --   1. scope: an agent of the sender's session tree (same root of the parent
 --      chain) over the rest;
 --   2. presence: busy, idle or unknown over exited over source_lost;
 --   3. most recent use (used_us: registration, busy/idle reports, sends).
+-- Two agents equal on all three (the same microsecond of use) are a tie the
+-- rules cannot break: with ctx.refuse_ties the name is ambiguous and the sender
+-- must name one as `Name [ref]`; without it (binding an authorized name's
+-- waiting mail) the first registered of them is taken.
 -- The chosen agent is then checked: source_lost fails the recipient.
 
 local function load_agent(ctx, id)
@@ -44,13 +50,16 @@ local function root_of(ag)
   return ag.id
 end
 
--- True when agent a wins over agent b for a sender of session root `scope`.
-local function wins(a, b, scope)
+-- 1 when agent a wins over agent b for a sender of session root `scope`, -1
+-- when b wins, 0 when they tie.
+local function rank_order(a, b, scope)
   local sa, sb = root_of(a) == scope, root_of(b) == scope
-  if sa ~= sb then return sa end
+  if sa ~= sb then return sa and 1 or -1 end
   local ra, rb = presence_rank(a), presence_rank(b)
-  if ra ~= rb then return ra > rb end
-  return used_us(a) > used_us(b)
+  if ra ~= rb then return ra > rb and 1 or -1 end
+  local ua, ub = used_us(a), used_us(b)
+  if ua ~= ub then return ua > ub and 1 or -1 end
+  return 0
 end
 
 local function by_name(ctx, name)
@@ -67,15 +76,21 @@ local function by_name(ctx, name)
   end
   local scope = nil
   if ctx.sender then scope = root_of(ctx.sender) end
-  local best, retired, closed = nil, false, false
+  local best, tied, retired, closed = nil, {}, false, false
   for _, id in ipairs(cjson.decode(ids_raw)) do
     local ag = load_agent(ctx, id)
     if ag then
       if ag.status == "active" then
-        if best == nil or wins(ag, best, scope) then best = ag end
+        local order = best and rank_order(ag, best, scope) or 1
+        if order > 0 then best, tied = ag, {}
+        elseif order == 0 then table.insert(tied, ag) end
       elseif ag.status == "retired" then retired = true
       elseif ag.status == "closed" then closed = true end
     end
+  end
+  if best and #tied > 0 and ctx.refuse_ties then
+    table.insert(tied, 1, best)
+    return nil, "ambiguous", tied
   end
   if best then return best, nil end
   if retired then return nil, "retired" end
