@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from messaging.hosts import claude_code
+from tests import npm
 from tests.integration.conftest import Project
 from tests.stack import wait_until
 
@@ -290,17 +290,22 @@ def test_a_failed_resume_is_recorded_and_leaves_the_agent_exited(project: Projec
     assert f"session {host.session_id}: claude exited 3" in host.stderr
 
 
-def real_claude() -> str | None:
-    """Claude Code's own CLI, if this machine has it (``COURIER_TEST_CLAUDE`` or PATH)."""
-    return os.environ.get("COURIER_TEST_CLAUDE") or shutil.which("claude")
+# Claude Code's own CLI, from npm: it runs its hooks and writes its transcript offline.
+CLAUDE_CODE = {"@anthropic-ai/claude-code": "2.1.197"}
+
+
+def real_claude() -> str:
+    """Claude Code's own CLI: ``COURIER_TEST_CLAUDE``, else the one npm installs once (the
+    test is skipped, saying why, where npm cannot install it)."""
+    given = os.environ.get("COURIER_TEST_CLAUDE")
+    if given:
+        return given
+    return str(npm.installed("claude-code", CLAUDE_CODE) / "node_modules" / ".bin" / "claude")
 
 
 def test_the_real_claude_code_resumed_offline_shows_the_mail_in_the_resumed_session(
         project: Project, tmp_path: Path):
     claude = real_claude()
-    if claude is None:
-        pytest.skip("Claude Code's CLI is not installed (npm @anthropic-ai/claude-code; "
-                    "or set COURIER_TEST_CLAUDE to its path)")
     checkout, home = tmp_path / "checkout", tmp_path / "home"
     checkout.mkdir()
     home.mkdir()

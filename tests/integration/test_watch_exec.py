@@ -142,10 +142,14 @@ def test_the_tmux_recipe_types_the_mail_in_only_while_the_pane_is_idle(
     assert mail_at >= idle_again >= task_at + BUSY_S - 0.1  # typed only once idle again
 
 
-# What a peer may put in a subject, made to run `touch` in a line editor (bash's
-# readline here) if it were typed: Ctrl-U kills the line typed so far, Ctrl-O
-# runs it and keeps what follows, ESC-# comments it out and runs it; `#` then
-# comments out the rest of the notice, which Enter runs.
+# What a peer may put in a message, made to run `touch` in bash if it were typed.
+# A subject is one line of printable text (the server refuses control characters
+# in it): shell syntax that runs a command once Enter runs the typed line. A body
+# may hold any character: keystrokes for a line editor (bash's readline here):
+# Ctrl-U kills the line typed so far, Ctrl-O runs it and keeps what follows, ESC-#
+# comments it out and runs it; `#` then comments out the rest.
+SUBJECTS = {"semicolon": "FYI; touch {} #", "substitution": "FYI $(touch {})",
+            "backticks": "FYI `touch {}`"}
 KEYSTROKES = {"ctrl-u": "FYI\x15touch {} #", "ctrl-o": "\x0ftouch {} #",
               "esc": "\x1b#touch {} #", "c1": "\u009b2~\x15touch {} #"}
 
@@ -161,12 +165,14 @@ def test_the_tmux_recipe_types_nothing_a_peer_chose_into_a_bash_pane(
     pane = lambda: subprocess.run(["tmux", "capture-pane", "-p", "-t", "agent:0.0"],  # noqa: E731
                                   env=tmux, capture_output=True, text=True).stdout
     wait_until(lambda: PROMPT.strip() in pane(), what="bash's prompt")
-    touched = {name: tmp_path / f"touched-{name}" for name in KEYSTROKES}
-    watch = watching(project, bob, tmux, "--count", str(len(KEYSTROKES)),
+    touched = {name: tmp_path / f"touched-{name}" for name in [*SUBJECTS, *KEYSTROKES]}
+    watch = watching(project, bob, tmux, "--count", str(len(touched)),
                      "--exec", f"{script} agent:0.0 '{PROMPT}'")
     try:
         sent = [alice.api.send("Bob", subject.format(touched[name]), "hi")
-                for name, subject in KEYSTROKES.items()]
+                for name, subject in SUBJECTS.items()]
+        sent += [alice.api.send("Bob", "FYI", body.format(touched[name]))
+                 for name, body in KEYSTROKES.items()]
         ended(watch, timeout_s=60)
     finally:
         stop(watch)
