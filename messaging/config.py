@@ -103,11 +103,12 @@ def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]
 
 
 class Level(StrEnum):
-    """The durability levels of ``COURIER_DURABILITY``."""
+    """The durability levels of ``COURIER_DURABILITY``, named by what they survive."""
 
     LOCAL = "local"
     FSYNC = "fsync"
     REPLICA = "replica"
+    REPLICA_FSYNC = "replica-fsync"
 
 
 class SettingsError(ValueError):
@@ -185,13 +186,16 @@ class Settings(BaseSettings):
     rate_limit_per_s: float = Field(default=200.0, ge=0, description=(
         "Requests per second per token before 429 (`0`: no limit)."))
     durability: Level = Field(default=Level.LOCAL, description=(
-        "How far an admission (and a recorded outcome) must reach before it is answered: "
-        "`local` the store's write, `fsync` the store's disk (WAITAOF 1 0), `replica` its "
-        "disk and `COURIER_DURABILITY_REPLICAS` replicas' (WAITAOF 1 N, or WAIT N where "
-        "the server has no WAITAOF); on a Redis Cluster, on the primary that holds the "
-        "project and its replicas."))
+        "How far an admission (and a recorded outcome) must reach before it is answered, "
+        "named by what it survives: `local` the store's memory (its append-only file "
+        "fsynced as the server is configured), `fsync` the primary's disk (WAITAOF 1 0), "
+        "`replica` the primary's disk and the memory of `COURIER_DURABILITY_REPLICAS` "
+        "replicas (WAIT N and WAITAOF 1 0: the death of either machine loses nothing "
+        "answered), `replica-fsync` the primary's and the replicas' disks (WAITAOF 1 N); "
+        "on a Redis Cluster, on the primary that holds the project and its replicas. "
+        "Every level but `local` needs WAITAOF (Redis 7.2+, Valkey 8+)."))
     durability_replicas: int = Field(default=1, ge=1, description=(
-        "Replicas a `replica` write must reach."))
+        "Replicas a `replica` or `replica-fsync` write must reach."))
     durability_timeout_s: float = Field(default=5.0, gt=0, description=(
         "How long a write waits for its level before it is answered 503 "
         "`STORE_UNAVAILABLE` (it may have been stored: retry with its idempotency key)."))
