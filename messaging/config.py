@@ -11,7 +11,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,6 +102,20 @@ def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]
 
 
 
+def kombu_sentinel_url(url: str) -> str:
+    """kombu's URL for the Sentinels of a ``redis+sentinel://`` URL: one
+    ``sentinel://`` URL for each, ``;`` between them, each with the data nodes'
+    credentials and database (kombu hands those to the primary, never to the
+    Sentinels)."""
+    sentinels, _, options = sentinel_parts(url)
+    creds = ""
+    if "password" in options or "username" in options:
+        creds = (f"{quote(options.get('username', ''), safe='')}:"
+                 f"{quote(options.get('password', ''), safe='')}@")
+    hosts = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in sentinels]
+    return ";".join(f"sentinel://{creds}{host}/{options['db']}" for host in hosts)
+
+
 class Level(StrEnum):
     """The durability levels of ``COURIER_DURABILITY``, named by what they survive."""
 
@@ -119,11 +133,6 @@ class OperatorTokenMissing(SettingsError):
     """A process that needs the operator token found none where it looked."""
 
 
-SENTINEL_NEEDS_BROKER = (
-    "the store is named by its Sentinels (redis+sentinel://), which Courier's broker"
-    " settings do not take: set COURIER_BROKER_URL to a Redis or Valkey server"
-    " (redis://host:6379/0) or to RabbitMQ (amqp://user:password@host:5672//)"
-)
 CLUSTER_NEEDS_BROKER = (
     "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
     " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
@@ -154,7 +163,9 @@ class Settings(BaseSettings):
         "The store: Redis 7+ or Valkey 8+ (`redis+cluster://` for a Redis Cluster). Unset:"
         " `courier up` runs the embedded Valkey server (the `agent-courier[embedded]` extra)."))
     broker_url: str | None = Field(default=None, description=(
-        "The Celery broker: Redis, or `amqp://` for RabbitMQ. Unset: the store."))
+        "The Celery broker: Redis, or `amqp://` for RabbitMQ. Unset: the store (a store"
+        " named by its Sentinels, `redis+sentinel://`, is reached through kombu's sentinel"
+        " transport, the primary followed across a failover)."))
     data_dir: Path = Field(default=Path(".courier"), description=(
         "The server's home: the embedded store's data, the generated operator token, beat's"
         " schedule, the archive. Owner only (0700, files 0600)."))
@@ -317,7 +328,9 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        """The broker's URL; the store's when unset.
+        """The broker's URL; the store's when unset. A ``redis+sentinel://`` URL (the
+        store's, or one given for the broker) becomes kombu's sentinel transport's,
+        ``sentinel://...;sentinel://...``, with ``broker_master_name``.
 
         Raises:
             SettingsError: the store is a Redis Cluster and no other broker is set,
@@ -327,8 +340,15 @@ class Settings(BaseSettings):
         if is_cluster(url):
             raise SettingsError(CLUSTER_NEEDS_BROKER)
         if is_sentinel(url):
-            raise SettingsError(SENTINEL_NEEDS_BROKER)
+            return kombu_sentinel_url(url)
         return url
+
+    @property
+    def broker_master_name(self) -> str | None:
+        """The primary's name when the broker is found by its Sentinels (kombu's
+        ``master_name``); None for any other broker."""
+        url = self.broker_url or self.store_url
+        return sentinel_parts(url)[1] if is_sentinel(url) else None
 
     @property
     def embedded(self) -> bool:
