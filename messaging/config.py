@@ -11,7 +11,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,12 +102,27 @@ def sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]
 
 
 
+def kombu_sentinel_url(url: str) -> str:
+    """kombu's URL for the Sentinels of a ``redis+sentinel://`` URL: one
+    ``sentinel://`` URL for each, ``;`` between them, each with the data nodes'
+    credentials and database (kombu hands those to the primary, never to the
+    Sentinels)."""
+    sentinels, _, options = sentinel_parts(url)
+    creds = ""
+    if "password" in options or "username" in options:
+        creds = (f"{quote(options.get('username', ''), safe='')}:"
+                 f"{quote(options.get('password', ''), safe='')}@")
+    hosts = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in sentinels]
+    return ";".join(f"sentinel://{creds}{host}/{options['db']}" for host in hosts)
+
+
 class Level(StrEnum):
-    """The durability levels of ``COURIER_DURABILITY``."""
+    """The durability levels of ``COURIER_DURABILITY``, named by what they survive."""
 
     LOCAL = "local"
     FSYNC = "fsync"
     REPLICA = "replica"
+    REPLICA_FSYNC = "replica-fsync"
 
 
 class SettingsError(ValueError):
@@ -118,11 +133,6 @@ class OperatorTokenMissing(SettingsError):
     """A process that needs the operator token found none where it looked."""
 
 
-SENTINEL_NEEDS_BROKER = (
-    "the store is named by its Sentinels (redis+sentinel://), which Courier's broker"
-    " settings do not take: set COURIER_BROKER_URL to a Redis or Valkey server"
-    " (redis://host:6379/0) or to RabbitMQ (amqp://user:password@host:5672//)"
-)
 CLUSTER_NEEDS_BROKER = (
     "the store is a Redis Cluster and Celery cannot use a cluster as its broker:"
     " set COURIER_BROKER_URL to a plain Redis or Valkey server (redis://host:6379/0)"
@@ -153,7 +163,9 @@ class Settings(BaseSettings):
         "The store: Redis 7+ or Valkey 8+ (`redis+cluster://` for a Redis Cluster). Unset:"
         " `courier up` runs the embedded Valkey server (the `agent-courier[embedded]` extra)."))
     broker_url: str | None = Field(default=None, description=(
-        "The Celery broker: Redis, or `amqp://` for RabbitMQ. Unset: the store."))
+        "The Celery broker: Redis, or `amqp://` for RabbitMQ. Unset: the store (a store"
+        " named by its Sentinels, `redis+sentinel://`, is reached through kombu's sentinel"
+        " transport, the primary followed across a failover)."))
     data_dir: Path = Field(default=Path(".courier"), description=(
         "The server's home: the embedded store's data, the generated operator token, beat's"
         " schedule, the archive. Owner only (0700, files 0600)."))
@@ -185,13 +197,16 @@ class Settings(BaseSettings):
     rate_limit_per_s: float = Field(default=200.0, ge=0, description=(
         "Requests per second per token before 429 (`0`: no limit)."))
     durability: Level = Field(default=Level.LOCAL, description=(
-        "How far an admission (and a recorded outcome) must reach before it is answered: "
-        "`local` the store's write, `fsync` the store's disk (WAITAOF 1 0), `replica` its "
-        "disk and `COURIER_DURABILITY_REPLICAS` replicas' (WAITAOF 1 N, or WAIT N where "
-        "the server has no WAITAOF); on a Redis Cluster, on the primary that holds the "
-        "project and its replicas."))
+        "How far an admission (and a recorded outcome) must reach before it is answered, "
+        "named by what it survives: `local` the store's memory (its append-only file "
+        "fsynced as the server is configured), `fsync` the primary's disk (WAITAOF 1 0), "
+        "`replica` the primary's disk and the memory of `COURIER_DURABILITY_REPLICAS` "
+        "replicas (WAIT N and WAITAOF 1 0: the death of either machine loses nothing "
+        "answered), `replica-fsync` the primary's and the replicas' disks (WAITAOF 1 N); "
+        "on a Redis Cluster, on the primary that holds the project and its replicas. "
+        "Every level but `local` needs WAITAOF (Redis 7.2+, Valkey 8+)."))
     durability_replicas: int = Field(default=1, ge=1, description=(
-        "Replicas a `replica` write must reach."))
+        "Replicas a `replica` or `replica-fsync` write must reach."))
     durability_timeout_s: float = Field(default=5.0, gt=0, description=(
         "How long a write waits for its level before it is answered 503 "
         "`STORE_UNAVAILABLE` (it may have been stored: retry with its idempotency key)."))
@@ -313,7 +328,9 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        """The broker's URL; the store's when unset.
+        """The broker's URL; the store's when unset. A ``redis+sentinel://`` URL (the
+        store's, or one given for the broker) becomes kombu's sentinel transport's,
+        ``sentinel://...;sentinel://...``, with ``broker_master_name``.
 
         Raises:
             SettingsError: the store is a Redis Cluster and no other broker is set,
@@ -323,8 +340,15 @@ class Settings(BaseSettings):
         if is_cluster(url):
             raise SettingsError(CLUSTER_NEEDS_BROKER)
         if is_sentinel(url):
-            raise SettingsError(SENTINEL_NEEDS_BROKER)
+            return kombu_sentinel_url(url)
         return url
+
+    @property
+    def broker_master_name(self) -> str | None:
+        """The primary's name when the broker is found by its Sentinels (kombu's
+        ``master_name``); None for any other broker."""
+        url = self.broker_url or self.store_url
+        return sentinel_parts(url)[1] if is_sentinel(url) else None
 
     @property
     def embedded(self) -> bool:

@@ -9,9 +9,12 @@ replaces the pool after a connection failure, and the client with it). What
 the client sends, and over which connections, is unchanged.
 
 Used by the publishers of tickets (``messaging.runtime.publish``), for
-``redis://`` brokers only: TLS, Sentinel and AMQP brokers keep kombu's own
-transports, and so do the workers' consumers and Flower (which knows brokers
-by the scheme of kombu's own transports).
+``redis://`` brokers and for brokers found by their Sentinels (``sentinel://``,
+kombu's sentinel transport, whose channel finds the primary through them and
+whose pool follows a failover: the kept client is made again with each new
+pool). TLS and AMQP brokers keep kombu's own transports, and so do the workers'
+consumers and Flower (which knows brokers by the scheme of kombu's own
+transports).
 """
 
 from __future__ import annotations
@@ -46,10 +49,23 @@ class SharedClientTransport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel whose plain commands share one client."""
+
+
+class SharedClientSentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with ``SentinelChannel``."""
+
+    Channel = SentinelChannel
+
+
 TRANSPORT = f"{__name__}:SharedClientTransport"
+SENTINEL_TRANSPORT = f"{__name__}:SharedClientSentinelTransport"
 
 
 def transport_for(broker_url: str) -> str | None:
-    """The transport a publisher uses for ``broker_url``: this one for plain Redis,
-    else None (kombu's own, by the URL's scheme)."""
-    return TRANSPORT if broker_url.startswith("redis://") else None
+    """The transport a publisher uses for ``broker_url``: one of these for plain
+    Redis and for Sentinels, else None (kombu's own, by the URL's scheme)."""
+    if broker_url.startswith("redis://"):
+        return TRANSPORT
+    return SENTINEL_TRANSPORT if broker_url.startswith("sentinel://") else None

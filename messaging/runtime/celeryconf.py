@@ -63,15 +63,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery configuration of this deployment."""
     names = [*delivery_queues(), SWEEP_QUEUE]
     queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
+    transport_options: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "socket_timeout": PUBLISH_TIMEOUT_S,
+        "socket_connect_timeout": PUBLISH_TIMEOUT_S,
+    }
+    if settings.broker_master_name is not None:  # kombu's sentinel transport
+        transport_options["master_name"] = settings.broker_master_name
     return {
         "broker_url": settings.celery_broker_url,
         "broker_connection_timeout": PUBLISH_TIMEOUT_S,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {
-            "visibility_timeout": VISIBILITY_TIMEOUT_S,
-            "socket_timeout": PUBLISH_TIMEOUT_S,
-            "socket_connect_timeout": PUBLISH_TIMEOUT_S,
-        },
+        "broker_transport_options": transport_options,
         "task_queues": queues,
         "task_default_queue": SWEEP_QUEUE,
         "task_routes": {SWEEP_TASK: {"queue": SWEEP_QUEUE},

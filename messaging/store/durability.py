@@ -1,23 +1,33 @@
-"""How far a write must reach before Courier answers for it.
+"""How far a write must reach before Courier answers for it, each level named by
+what it survives (docs/guarantees.md, Durability):
 
 - ``local``: the write itself (the store's append-only file is fsynced as the
   server is configured: once a second by default).
 - ``fsync``: the write is on the disk of the node that took it (``WAITAOF 1 0``).
-- ``replica``: on that disk and on the disks of ``replicas`` replicas
-  (``WAITAOF 1 N``; where the server has no WAITAOF, ``WAIT N``: in the
-  replicas' memory).
+- ``replica``: on that disk and in the memory of ``replicas`` replicas
+  (``WAITAOF 1 0``, then ``WAIT N``), as Kafka's ``acks=all``: the death of
+  either machine loses nothing answered.
+- ``replica-fsync``: on that disk and on the disks of ``replicas`` replicas
+  (``WAITAOF 1 N``), which waits for the replicas' fsync and their report of it.
 
-One wait follows the writes of one pipeline, on the same connection (a wait
+The waits follow the writes of one pipeline, on the same connection (a wait
 confirms the writes of its own connection only), so concurrent admissions
-share it. On a Redis Cluster that connection is one of the primary that serves
-the writes' slot, and each primary gets a pipeline and a wait of its own.
-A wait that times out raises ``NotDurable``: the write was sent and may have
-been stored, and may not survive the loss of its node.
+share them. At ``replica`` the disk's wait goes first: a client blocked in
+``WAITAOF`` has the primary fsync its file and ask its replicas for their
+offsets at once, so the ``WAIT`` that follows finds their answer there (the
+other order measured slower: the replicas are asked only once ``WAIT``
+blocks). On a Redis Cluster that
+connection is one of the primary that serves the writes' slot, and each primary
+gets a pipeline and waits of its own. A wait that times out raises
+``NotDurable``: the write was sent and may have been stored, and may not
+survive the loss of its node. A server without WAITAOF (before Redis 7.2)
+keeps no level but ``local``.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +36,11 @@ from redis.cluster import RedisCluster
 
 from messaging.config import Level, Settings
 from messaging.store import connect
+
+# The levels that wait for replicas.
+REPLICATED = (Level.REPLICA, Level.REPLICA_FSYNC)
+NO_WAITAOF = ("the store has no WAITAOF (it came with Redis 7.2): no level but local "
+              "can be kept")
 
 
 class NotDurable(Exception):
@@ -56,34 +71,45 @@ class Durability:
 
     @property
     def needed_replicas(self) -> int:
-        return self.replicas if self.level is Level.REPLICA else 0
+        """Replicas a write must reach: in memory at ``replica``, on disk at
+        ``replica-fsync``; none at the other levels."""
+        return self.replicas if self.level in REPLICATED else 0
 
-    def command(self) -> tuple[Any, ...]:
-        """The wait that follows a pipeline's writes."""
-        return ("WAITAOF", 1, self.needed_replicas, self.timeout_ms)
+    def commands(self) -> list[tuple[Any, ...]]:
+        """The waits that follow a pipeline's writes, in order (none at ``local``)."""
+        if self.level is Level.FSYNC:
+            return [("WAITAOF", 1, 0, self.timeout_ms)]
+        if self.level is Level.REPLICA:
+            return [("WAITAOF", 1, 0, self.timeout_ms),
+                    ("WAIT", self.replicas, self.timeout_ms)]
+        if self.level is Level.REPLICA_FSYNC:
+            return [("WAITAOF", 1, self.replicas, self.timeout_ms)]
+        return []
 
-    def check(self, reply: Any) -> None:
-        """Raise NotDurable unless ``reply`` (the wait's) confirms the level.
+    def check(self, replies: Sequence[Any]) -> None:
+        """Raise NotDurable unless ``replies`` (the waits', in the order of
+        ``commands``) confirm the level.
 
         Raises:
-            NotDurable: the wait timed out short of the level, or failed.
+            NotDurable: a wait timed out short of the level, or failed.
         """
-        if isinstance(reply, Exception):
-            raise NotDurable(self.level, f"the store refused the wait: {reply}")
-        local, replicas = int(reply[0]), int(reply[1])
-        if local < 1:
-            raise NotDurable(self.level, f"not on the store's disk within {self.timeout_ms} ms")
-        if replicas < self.needed_replicas:
-            raise NotDurable(self.level, f"on {replicas} of {self.needed_replicas} replicas' "
-                                         f"disks within {self.timeout_ms} ms")
-
-    def check_wait(self, reply: Any) -> None:
-        """As ``check``, for the reply of ``WAIT`` (servers without WAITAOF)."""
-        if isinstance(reply, Exception):
-            raise NotDurable(self.level, f"the store refused the wait: {reply}")
-        if int(reply) < self.needed_replicas:
-            raise NotDurable(self.level, f"on {int(reply)} of {self.needed_replicas} replicas "
-                                         f"within {self.timeout_ms} ms")
+        for command, reply in zip(self.commands(), replies, strict=True):
+            if lacks_waitaof(reply):
+                raise NotDurable(self.level, NO_WAITAOF)
+            if isinstance(reply, Exception):
+                raise NotDurable(self.level, f"the store refused the wait: {reply}")
+            if command[0] == "WAIT":
+                if int(reply) < self.replicas:
+                    raise NotDurable(self.level, f"in the memory of {int(reply)} of "
+                                     f"{self.replicas} replicas within {self.timeout_ms} ms")
+                continue
+            local, replicas = int(reply[0]), int(reply[1])
+            if local < 1:
+                raise NotDurable(self.level,
+                                 f"not on the store's disk within {self.timeout_ms} ms")
+            if replicas < command[2]:
+                raise NotDurable(self.level, f"on {replicas} of {command[2]} replicas' "
+                                             f"disks within {self.timeout_ms} ms")
 
 
 def lacks_waitaof(reply: Any) -> bool:
@@ -94,10 +120,10 @@ def lacks_waitaof(reply: Any) -> bool:
 
 def run_durably(client: connect.SyncClient, durability: Durability, script: Any,
                 keys: list[Any], args: list[Any]) -> tuple[Any, NotDurable | None]:
-    """``script``'s reply, run with the wait of ``durability`` after it on the same
+    """``script``'s reply, run with the waits of ``durability`` after it on the same
     connection (a wait confirms only the writes of its own connection), and why the
-    wait fell short, if it did. For the workers' synchronous client: on a cluster,
-    both go to the primary that serves the keys' slot.
+    waits fell short, if they did. For the workers' synchronous client: on a
+    cluster, all go to the primary that serves the keys' slot.
 
     Raises:
         redis.exceptions.ClusterError: that node no longer serves the slot (it moved
@@ -108,9 +134,10 @@ def run_durably(client: connect.SyncClient, durability: Durability, script: Any,
     """
     pipe: Any = connect.server_of(client, keys[0]).pipeline(transaction=False)
     script(keys=keys, args=args, client=pipe)
-    pipe.execute_command(*durability.command())
+    for command in durability.commands():
+        pipe.execute_command(*command)
     try:
-        reply, waited = pipe.execute(raise_on_error=False)
+        reply, *waited = pipe.execute(raise_on_error=False)
     except redis.exceptions.RedisError:
         connect.find_node_again(client, keys[0])
         raise
@@ -120,9 +147,6 @@ def run_durably(client: connect.SyncClient, durability: Durability, script: Any,
             f"the store node no longer serves the slot ({reply}): nothing was run")
     if isinstance(reply, Exception):
         raise reply
-    if lacks_waitaof(waited) and durability.level is Level.REPLICA:
-        return reply, NotDurable(durability.level, "the store has no WAITAOF: WAIT is kept "
-                                 "for the API's admissions only")
     try:
         durability.check(waited)
     except NotDurable as e:

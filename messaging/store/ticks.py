@@ -14,10 +14,14 @@ the batch, as it would have failed each of them. A script the server does not
 know yet (a restarted store) is loaded and run again for the callers that met it.
 
 A call made ``durable`` is confirmed at the store's durability level before its
-caller gets its reply: the batch's pipeline ends with one ``WAITAOF`` (or
-``WAIT``) on the same connection, which every durable call of the batch
-shares; a wait that falls short, or a connection that fails under it, raises
-``NotDurable`` to those calls (their scripts may have run).
+caller gets its reply: the batch's pipeline ends with the level's waits
+(``WAITAOF``, and ``WAIT`` at ``replica``) on the same connection, which every
+durable call of the batch shares; a wait that falls short, or a connection that
+fails under it, raises ``NotDurable`` to those calls (their scripts may have
+run). This is group commit: one wait per tick, whatever the number of sends in
+it, and since each tick's pipeline goes out on a connection of its own while
+the waits of earlier ticks are still under way, the waits of concurrent ticks
+overlap.
 
 On a Redis Cluster a wait confirms the writes of its own connection on its own
 node, so the durable calls of a tick are grouped by the node that serves their
@@ -54,8 +58,7 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from messaging.config import Level
-from messaging.store.durability import Durability, NotDurable, lacks_waitaof
+from messaging.store.durability import Durability, NotDurable
 
 # Runs one command on the store and returns its reply.
 Execute = Callable[..., Awaitable[Any]]
@@ -81,7 +84,6 @@ class TickBatch:
         self.pipelines = isinstance(client, redis.asyncio.Redis)
         self.cluster = isinstance(client, AsyncRedisCluster)
         self._calls: list[_Call] = []
-        self._wait: tuple[Any, ...] | None = None  # the wait command, once known
         # Reads that have the cluster client find a key's node again, by key.
         self._finding: dict[str, asyncio.Task[None]] = {}
 
@@ -118,18 +120,18 @@ class TickBatch:
             await self._alone(calls[0])
             return
         pipe = self.client.pipeline(transaction=False)
+        wait = self.durability.commands() if waits else []
         try:
-            wait = await self._wait_command(self.client.execute_command) if waits else None
             for call in calls:
                 pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            if wait is not None:
-                pipe.execute_command(*wait)
+            for command in wait:
+                pipe.execute_command(*command)
             replies = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the connection: every caller meets it
             self._fail(calls, exc)
             return
-        waited = replies.pop() if wait is not None else None
-        await self._answer(calls, replies, wait, waited, self.client.script_load)
+        await self._answer(calls, replies[:len(calls)], replies[len(calls):],
+                           self.client.script_load)
 
     async def _send_by_node(self, calls: list[_Call]) -> None:
         """Each node's calls on one connection of that node, with its wait."""
@@ -153,22 +155,20 @@ class TickBatch:
         the wait at its end."""
         commands = [PipelineCommand(i, "EVALSHA", call.script.sha, len(call.keys),
                                     *call.keys, *call.args) for i, call in enumerate(calls)]
+        commands += [PipelineCommand(len(commands) + i, *command)
+                     for i, command in enumerate(self.durability.commands())]
         try:
-            wait = await self._wait_command(node.execute_command)
-            if wait is not None:
-                commands.append(PipelineCommand(len(calls), *wait))
             await node.execute_pipeline(commands)
         except BaseException as exc:  # the node's connection: every caller meets it
             self._find_again(calls[0].keys[0])
             self._fail(calls, exc)
             return
         replies = [command.result for command in commands]
-        waited = replies.pop() if wait is not None else None
-        await self._answer(calls, replies, wait, waited,
+        await self._answer(calls, replies[:len(calls)], replies[len(calls):],
                            functools.partial(node.execute_command, "SCRIPT", "LOAD"))
 
-    async def _answer(self, calls: list[_Call], replies: list[Any],
-                      wait: tuple[Any, ...] | None, waited: Any, load: Execute) -> None:
+    async def _answer(self, calls: list[_Call], replies: list[Any], waited: list[Any],
+                      load: Execute) -> None:
         unknown = []  # calls whose script the server did not know
         for call, reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError) and not call.reloaded:
@@ -176,7 +176,7 @@ class TickBatch:
             elif isinstance(reply, Exception):
                 _settle(call, exc=self._refusal(call, reply))
             elif call.durable:
-                self._confirmed(call, reply, wait, waited)
+                self._confirmed(call, reply, waited)
             else:
                 _settle(call, reply=reply)
         if unknown:
@@ -207,36 +207,14 @@ class TickBatch:
         if not isinstance(exc, Exception):
             raise exc
 
-    def _confirmed(self, call: _Call, reply: Any, wait: tuple[Any, ...] | None,
-                   waited: Any) -> None:
-        """Settle a durable call by what the batch's wait answered."""
+    def _confirmed(self, call: _Call, reply: Any, waited: list[Any]) -> None:
+        """Settle a durable call by what the batch's waits answered."""
         try:
-            if wait is None:
-                raise NotDurable(self.durability.level, "the store has no WAITAOF "
-                                 "(Redis or Valkey 7.2 and later): the level cannot be kept")
-            if wait[0] == "WAIT":
-                self.durability.check_wait(waited)
-            else:
-                self.durability.check(waited)
+            self.durability.check(waited)
         except NotDurable as exc:
             _settle(call, exc=exc)
         else:
             _settle(call, reply=reply)
-
-    async def _wait_command(self, execute: Execute) -> tuple[Any, ...] | None:
-        """WAITAOF, or WAIT on a server without it where replicas are all the level
-        needs; None when the level cannot be kept. Asked of the server once."""
-        if self._wait is None:
-            try:
-                await execute("WAITAOF", 0, 0, 0)
-                self._wait = self.durability.command()
-            except ResponseError as e:
-                if not lacks_waitaof(e):
-                    raise
-                self._wait = (("WAIT", self.durability.needed_replicas,
-                               self.durability.timeout_ms)
-                              if self.durability.level is Level.REPLICA else ())
-        return self._wait or None
 
     async def _reload(self, calls: list[_Call], load: Execute) -> None:
         """Calls whose script the server did not know: each script loaded once, then

@@ -76,7 +76,8 @@ def own_endpoints(settings: Settings) -> list[tuple[str, int]]:
     """Courier's own (host, port) pairs: API, store, broker, Flower."""
     out = [(settings.host.lower(), settings.port),
            (settings.flower_host.lower(), settings.flower_port)]
-    for url in (settings.store_url, settings.celery_broker_url):
+    # kombu's URL for Sentinels names each of them, ';' between.
+    for url in (settings.store_url, *settings.celery_broker_url.split(";")):
         if is_sentinel(url):
             out += [(host.lower(), port) for host, port in sentinel_parts(url)[0]]
             continue

@@ -1,7 +1,8 @@
 """COURIER_DURABILITY against a real primary and a real replica (docs/guarantees.md,
-Durability): a send is answered 201 only once its level holds; a replica that
-stops answering turns the send into a 503 that says it may have been stored, and
-a retry with the same idempotency key replays it, once the replica has the send."""
+Durability), at `replica` (the replica's memory) and at `replica-fsync` (its
+disk): a send is answered 201 only once its level holds; a replica that stops
+answering turns the send into a 503 that says it may have been stored, and a
+retry with the same idempotency key replays it, once the replica has the send."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Replicated:
     """A stack whose store has one replica, which a test may stop and start."""
 
     def __init__(self, root: Path, durability: str) -> None:
+        self.level = durability
         self.stack: Stack = make_stack(root, durability=durability,
                                        durability_timeout_s=str(WAIT_S))
         # A replica that fsyncs each write acknowledges at once (everysec: within 1 s).
@@ -90,9 +92,10 @@ class Replicated:
         self.stack.stop()
 
 
-@pytest.fixture(scope="module")
-def replica_level(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicated]:
-    r = Replicated(tmp_path_factory.mktemp("replica-level"), "replica")
+@pytest.fixture(scope="module", params=["replica", "replica-fsync"])
+def replica_level(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicated]:
+    r = Replicated(tmp_path_factory.mktemp(f"{request.param}-level"), request.param)
     yield r
     r.close()
 
@@ -126,7 +129,7 @@ def test_a_replica_that_stops_answering_makes_the_send_a_503_that_a_retry_replay
     assert body["error"]["code"] == "STORE_UNAVAILABLE" and body["persisted"] is None
     assert "may have been stored" in body["error"]["message"]
     assert "idempotency_key" in body["error"]["message"]
-    assert body["error"]["details"]["durability"] == "replica"
+    assert body["error"]["details"]["durability"] == replica_level.level
     assert WAIT_S <= took_s < WAIT_S + 2, took_s
     wait_until(lambda: replica_level.replica_info()["master_link_status"] == "up",
                what="the replica back")

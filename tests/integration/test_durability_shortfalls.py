@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 FSYNC = Durability(Level.FSYNC, timeout_ms=300)
 REPLICA = Durability(Level.REPLICA, replicas=1, timeout_ms=300)
+REPLICA_FSYNC = Durability(Level.REPLICA_FSYNC, replicas=1, timeout_ms=300)
 
 
 @pytest.fixture
@@ -48,8 +49,9 @@ def wait_is_short(store: EmbeddedStore, durability: Durability) -> str:
     with connect.sync_client(store.url) as r:
         pipe = r.pipeline(transaction=False)
         pipe.set("probe", "1")
-        pipe.execute_command(*durability.command())
-        _, waited = pipe.execute(raise_on_error=False)
+        for command in durability.commands():
+            pipe.execute_command(*command)
+        _, *waited = pipe.execute(raise_on_error=False)
     with pytest.raises(NotDurable) as short:
         durability.check(waited)
     return short.value.reason
@@ -82,10 +84,24 @@ def test_a_store_without_its_file_is_named_and_refuses_the_wait(store: EmbeddedS
     assert "the store refused the wait" in wait_is_short(store, FSYNC)
 
 
-def test_too_few_replicas_are_named_and_the_wait_runs_out(store: EmbeddedStore):
-    [said] = shortfalls(store.url, REPLICA)
+@pytest.mark.parametrize(("durability", "short"), [
+    (REPLICA, "in the memory of 0 of 1 replicas within 300 ms"),
+    (REPLICA_FSYNC, "on 0 of 1 replicas' disks within 300 ms")])
+def test_too_few_replicas_are_named_and_the_wait_runs_out(
+        store: EmbeddedStore, durability: Durability, short: str):
+    [said] = shortfalls(store.url, durability)
+    assert f"COURIER_DURABILITY={durability.level.value}:" in said
     assert "has 0 replicas connected of the 1 each write waits for" in said
-    assert "on 0 of 1 replicas' disks within 300 ms" in wait_is_short(store, REPLICA)
+    assert short in wait_is_short(store, durability)
+
+
+def test_at_replica_a_primary_without_its_file_is_named_and_refuses_the_wait(
+        store: EmbeddedStore):
+    """``replica`` waits for the primary's disk too, not the replicas' memory alone."""
+    configure(store, appendonly="no")
+    said = shortfalls(store.url, REPLICA)
+    assert any("(appendonly no)" in s for s in said), said
+    assert "the store refused the wait" in wait_is_short(store, REPLICA)
 
 
 def test_a_store_that_does_not_answer_is_not_guessed_at(store: EmbeddedStore):

@@ -1,8 +1,10 @@
 """A primary killed again and again under a stream of sends, its replica promoted by
-Sentinel: at `replica` durability every send answered 201 is there once and every
-delivery completes once; at `local` the ledger sees what a failover lost
-(docs/guarantees.md, Durability). The API, the worker and Flower follow each
-promotion without a restart."""
+Sentinel: at `replica` durability (the primary's disk and the replica's memory)
+every send answered 201 is there once and every delivery completes once, with a
+broker of its own and with the store as the broker (no COURIER_BROKER_URL: the
+broker's primary dies with the store's); at `local` the ledger sees what a
+failover lost, and so at `fsync` (docs/guarantees.md, Durability). The API, the worker and Flower
+follow each promotion without a restart."""
 
 from __future__ import annotations
 
@@ -38,15 +40,21 @@ DRAIN_S = 60.0
 
 
 class Team:
-    """A stack on the watched store (a broker of its own), a project, two agents:
-    Alice sends, Bob's inbox is read from the store."""
+    """A stack on the watched store (a broker of its own, unless ``own_broker`` is
+    False: then the store is the broker, through its Sentinels), a project, two
+    agents: Alice sends, Bob's inbox is read from the store."""
 
-    def __init__(self, root: Path, watched: Watched, durability: str) -> None:
-        self.broker = EmbeddedStore(root / "broker", port=free_port())
-        self.broker.start()
+    def __init__(self, root: Path, watched: Watched, durability: str,
+                 own_broker: bool = True) -> None:
+        self.broker: EmbeddedStore | None = None
+        broker: dict[str, str] = {}
+        if own_broker:
+            self.broker = EmbeddedStore(root / "broker", port=free_port())
+            self.broker.start()
+            broker["broker_url"] = self.broker.url
         self.stack: Stack = make_stack(root / "stack", redis_url=watched.url,
-                                       broker_url=self.broker.url, durability=durability,
-                                       durability_timeout_s="3")
+                                       durability=durability, durability_timeout_s="3",
+                                       **broker)
         self.project = new_project(self.stack)
         self.project_id = self.project.project_id
         self.sender = Sender(self.stack.api_url, self.project.agent("Alice").row["token"],
@@ -58,7 +66,8 @@ class Team:
         for c in self.project.clients:
             c.close()
         self.stack.stop()
-        self.broker.stop()
+        if self.broker is not None:
+            self.broker.stop()
 
 
 @pytest.fixture
@@ -69,9 +78,10 @@ def watched(tmp_path: Path) -> Iterator[Watched]:
 
 
 @pytest.mark.timeout(300)  # twenty failovers, the senders' drain and the checks
+@pytest.mark.parametrize("own_broker", [True, False], ids=["own-broker", "store-as-broker"])
 def test_at_replica_twenty_failovers_lose_and_repeat_no_answered_send(
-        tmp_path: Path, watched: Watched):
-    team = Team(tmp_path, watched, "replica")
+        tmp_path: Path, watched: Watched, own_broker: bool):
+    team = Team(tmp_path, watched, "replica", own_broker)
     try:
         team.stack.start_worker()
         ledger, stop = Ledger(), threading.Event()
@@ -107,8 +117,11 @@ def test_at_replica_twenty_failovers_lose_and_repeat_no_answered_send(
         team.close()
 
 
-def test_at_local_the_ledger_sees_the_sends_a_failover_lost(tmp_path: Path, watched: Watched):
-    team = Team(tmp_path, watched, "local")
+# `fsync` waits for the primary's disk alone: a failover loses what `local` loses.
+@pytest.mark.parametrize("level", ["local", "fsync"])
+def test_below_replica_the_ledger_sees_the_sends_a_failover_lost(
+        tmp_path: Path, watched: Watched, level: str):
+    team = Team(tmp_path, watched, level)
     try:
         primary = watched.primary()
         assert primary is not None
@@ -130,7 +143,7 @@ def test_at_local_the_ledger_sees_the_sends_a_failover_lost(tmp_path: Path, watc
         wait_until(lambda: watched.primary() is replica and watched.is_primary(replica),
                    timeout_s=30, what="the lagging replica promoted")
         found = lost(team.inbox, ledger)
-        print(f"local: {found} of {len(ledger.answered)} answered sends lost by the failover")
+        print(f"{level}: {found} of {len(ledger.answered)} answered sends lost by the failover")
         assert found > 0  # the ledger sees a loss where the level allows one
     finally:
         team.close()
@@ -138,7 +151,8 @@ def test_at_local_the_ledger_sees_the_sends_a_failover_lost(tmp_path: Path, watc
 
 def test_flower_lists_a_lane_made_after_a_failover_without_a_restart(
         tmp_path: Path, watched: Watched):
-    team = Team(tmp_path, watched, "local")
+    # The store is Flower's broker too: its broker's primary dies with the store's.
+    team = Team(tmp_path, watched, "local", own_broker=False)
     try:
         # kill_primary returns once the replica is promoted.
         listed = lanes_after_failover(team.stack, watched.kill_primary)

@@ -1,4 +1,5 @@
-"""Group commit: the script calls of one event-loop tick share one pipeline.
+"""Group commit: the script calls of one event-loop tick share one pipeline, and
+its durable calls one wait; the waits of concurrent ticks overlap.
 
 On a store of its own (killed in the last test), through the API's ``Store``.
 """
@@ -15,13 +16,17 @@ import pytest
 import redis
 import redis.exceptions
 
+from messaging.config import Level
 from messaging.errors import Unavailable
 from messaging.launch.embedded import EmbeddedStore
 from messaging.store.connect import STORE_DOWN
+from messaging.store.durability import Durability, NotDurable
 from messaging.store.store import Store
 from tests.stack import free_port
 
 SECOND_US = 1_000_000
+# A wait that cannot be met (the store never fsyncs) runs this long.
+SHORT_WAIT_MS = 600
 
 
 @pytest.fixture
@@ -61,6 +66,63 @@ def test_calls_made_together_go_in_one_pipeline_each_answered_in_order(own_store
     assert all(isinstance(r, int) and r > 0 for r in replies[10:])
     # Sent one by one, 40 concurrent calls open a connection each.
     assert opened == 1
+
+
+def waitaofs(server: EmbeddedStore) -> int:
+    """How many WAITAOF the store ran since its statistics were reset."""
+    with redis.Redis.from_url(server.url) as admin:
+        stats = admin.info("commandstats")
+    return int(stats.get("cmdstat_waitaof", {}).get("calls", 0))
+
+
+def durable_takes(store: Store, bucket: str, calls: int) -> list[asyncio.Future[object]]:
+    """``calls`` durable rate checks, made in this tick."""
+    return [asyncio.ensure_future(store.ticks.run(
+        store.scripts["take_request"], [bucket], [1, SECOND_US], durable=True))
+        for _ in range(calls)]
+
+
+def test_the_durable_calls_of_one_tick_share_one_wait(own_store: EmbeddedStore):
+    async def main() -> list[object]:
+        store = Store.from_url(own_store.url, Durability(Level.FSYNC, timeout_ms=5000))
+        try:
+            await asyncio.gather(*durable_takes(store, "bucket:d", 1))  # scripts loaded
+            with redis.Redis.from_url(own_store.url) as admin:
+                admin.config_resetstat()
+            return list(await asyncio.gather(*durable_takes(store, "bucket:d", 40)))
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == [0] * 40
+    assert waitaofs(own_store) == 1
+
+
+def test_the_waits_of_concurrent_ticks_overlap(own_store: EmbeddedStore):
+    """Three ticks, each sent while the waits of those before still run: together
+    they take about one wait, not three."""
+    with redis.Redis.from_url(own_store.url) as admin:
+        admin.config_set("appendfsync", "no")  # every wait runs its whole time out
+
+    async def main() -> tuple[list[object], float]:
+        store = Store.from_url(own_store.url, Durability(Level.FSYNC, timeout_ms=SHORT_WAIT_MS))
+        try:
+            await asyncio.gather(*durable_takes(store, "bucket:o", 1), return_exceptions=True)
+            with redis.Redis.from_url(own_store.url) as admin:
+                admin.config_resetstat()
+            loop = asyncio.get_running_loop()
+            started, calls = loop.time(), []
+            for _ in range(3):
+                calls += durable_takes(store, "bucket:o", 4)
+                await asyncio.sleep(0.05)  # the tick's pipeline is on its way
+            replies = await asyncio.gather(*calls, return_exceptions=True)
+            return list(replies), loop.time() - started
+        finally:
+            await store.close()
+
+    replies, took_s = asyncio.run(main())
+    assert all(isinstance(r, NotDurable) for r in replies), replies
+    assert waitaofs(own_store) == 3  # a wait per tick
+    assert took_s < 2 * SHORT_WAIT_MS / 1000, took_s  # one after another: 1.8 s
 
 
 def test_an_error_reply_reaches_its_own_caller_only(own_store: EmbeddedStore):

@@ -1,4 +1,4 @@
-"""Store URLs: one server or a cluster; a cluster store needs a broker of its own."""
+"""Store URLs: one server, Sentinels or a cluster; a cluster store needs a broker of its own."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from redis.crc import key_slot
 from messaging import config
 from messaging.config import CLUSTER_NEEDS_BROKER, Settings, SettingsError
 from messaging.launch.supervisor import run_up
+from messaging.runtime.celeryconf import celery_config
 from messaging.store import keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,19 @@ def test_a_sentinel_url_without_sentinels_or_primary_is_refused(url: str) -> Non
         config.sentinel_parts(url)
 
 
-def test_a_sentinel_store_needs_a_broker_of_its_own() -> None:
-    with pytest.raises(SettingsError, match="COURIER_BROKER_URL"):
-        _ = Settings(redis_url="redis+sentinel://:pw@s1:26379/courier").celery_broker_url
+def test_a_sentinel_store_is_its_own_broker_through_kombu_s_sentinel_transport() -> None:
+    settings = Settings(redis_url="redis+sentinel://:p%40ss@10.0.0.1:26379,[::1]:26380/courier/2",
+                        broker_url=None)
+    assert settings.celery_broker_url == (
+        "sentinel://:p%40ss@10.0.0.1:26379/2;sentinel://:p%40ss@[::1]:26380/2")
+    assert settings.broker_master_name == "courier"
+    options = celery_config(settings)["broker_transport_options"]
+    assert options["master_name"] == "courier"
+
+
+def test_a_broker_of_its_own_beside_a_sentinel_store_has_no_master_name() -> None:
+    settings = Settings(redis_url="redis+sentinel://:pw@s1:26379/courier",
+                        broker_url="redis://b:6379/0")
+    assert settings.celery_broker_url == "redis://b:6379/0"
+    assert settings.broker_master_name is None
+    assert "master_name" not in celery_config(settings)["broker_transport_options"]

@@ -62,10 +62,11 @@ def durable_take(store: Store, bucket: str) -> Any:
                            durable=True)
 
 
-def waits_on(node: ClusterNode) -> int:
-    """How many WAITAOF ``node`` ran since its statistics were reset."""
+def waits_on(node: ClusterNode) -> tuple[int, int]:
+    """How many WAIT and WAITAOF ``node`` ran since its statistics were reset."""
     stats = node.ask("INFO", "commandstats") or {}
-    return int(stats.get("cmdstat_waitaof", {}).get("calls", 0))
+    return (int(stats.get("cmdstat_wait", {}).get("calls", 0)),
+            int(stats.get("cmdstat_waitaof", {}).get("calls", 0)))
 
 
 def on_replica(replica: ClusterNode, key: str) -> bool:
@@ -75,16 +76,21 @@ def on_replica(replica: ClusterNode, key: str) -> bool:
         return bool(r.exists(key))
 
 
-def store_of(cluster: EmbeddedCluster) -> Store:
-    return Store.from_url(cluster.url, Durability(Level.REPLICA, 1, WAIT_MS))
+def store_of(cluster: EmbeddedCluster, level: Level = Level.REPLICA) -> Store:
+    return Store.from_url(cluster.url, Durability(level, 1, WAIT_MS))
 
 
-def test_the_durable_calls_of_one_tick_share_one_wait_per_primary(cluster: EmbeddedCluster):
+# At `replica` a tick's pipeline on each primary ends with WAIT and WAITAOF, at
+# `replica-fsync` with WAITAOF alone.
+@pytest.mark.parametrize(("level", "waits"), [(Level.REPLICA, (1, 1)),
+                                              (Level.REPLICA_FSYNC, (0, 1))])
+def test_the_durable_calls_of_one_tick_share_one_wait_per_primary(
+        cluster: EmbeddedCluster, level: Level, waits: tuple[int, int]):
     by_shard = buckets(cluster, CALLS_PER_SHARD)
     primaries = {shard: cluster.primary_of(shard) for shard in by_shard}
 
     async def main() -> list[Any]:
-        store = store_of(cluster)
+        store = store_of(cluster, level)
         try:
             for group in by_shard.values():  # the slot map, the script on every primary
                 await durable_take(store, group[0])
@@ -98,7 +104,7 @@ def test_the_durable_calls_of_one_tick_share_one_wait_per_primary(cluster: Embed
     replies = asyncio.run(main())
     assert replies == [0] * len(replies)
     assert {shard: waits_on(node) for shard, node in primaries.items()} == {
-        shard: 1 for shard in by_shard}
+        shard: waits for shard in by_shard}
     for shard, group in by_shard.items():
         replica = cluster.replica_of(shard)
         assert all(on_replica(replica, b) for b in group)

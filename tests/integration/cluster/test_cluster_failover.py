@@ -2,8 +2,8 @@
 projects on every shard, each replaced by its replica as the cluster itself
 decides: at `replica` durability every send answered 201 is there once and every
 delivery completes once. With the replica held behind, at `local` the ledger sees
-what a failover lost, and at `replica` the sends it would have lost are refused
-instead (docs/guarantees.md, Durability). The API, the worker and Flower follow
+what a failover lost, and at `replica` and `replica-fsync` the sends it would have
+lost are refused instead (docs/guarantees.md, Durability). The API, the worker and Flower follow
 each promotion without a restart."""
 
 from __future__ import annotations
@@ -200,9 +200,10 @@ def test_at_local_the_ledger_sees_the_sends_a_failover_lost(tmp_path: Path,
         team.close()
 
 
-def test_at_replica_the_same_failover_loses_no_answered_send(tmp_path: Path,
-                                                             cluster: EmbeddedCluster):
-    team = Team(tmp_path, cluster, "replica", 1, durability_timeout_s=HELD_WAIT_S)
+@pytest.mark.parametrize("level", ["replica", "replica-fsync"])
+def test_at_replica_the_same_failover_loses_no_answered_send(
+        tmp_path: Path, cluster: EmbeddedCluster, level: str):
+    team = Team(tmp_path, cluster, level, 1, durability_timeout_s=HELD_WAIT_S)
     try:
         ledger, refusals = held_behind(team, cluster, HELD_SENDS)
         # Sends the replica did not confirm are refused, as sends that may be stored.
@@ -210,7 +211,7 @@ def test_at_replica_the_same_failover_loses_no_answered_send(tmp_path: Path,
             ("STORE_UNAVAILABLE", None)] * HELD_SENDS
         [pair] = team.pairs.values()
         assert len(ledger.answered) == 1 and lost(pair.inbox, ledger) == 0
-        print(f"replica: {HELD_SENDS} sends refused while the replica was behind, "
+        print(f"{level}: {HELD_SENDS} sends refused while the replica was behind, "
               f"0 of {len(ledger.answered)} answered lost by the failover")
     finally:
         team.close()
