@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
+from messaging.hosts.bounds import HOOK_DEADLINE_S, HookError, bounded
 from messaging.hosts.wrapping import (
     CONTEXT_MAX_CHARS,
     MESSAGE_TAG,
@@ -58,7 +58,6 @@ from messaging.hosts.wrapping import (
 from messaging.timefmt import parse_ts
 from messaging.types import Json
 
-HOOK_DEADLINE_S = 2.0
 # Messages asked for per hook run (each body cut to the context's room by the server),
 # the shown ids and the channel seals found that a session remembers.
 FETCH_LIMIT = 20
@@ -90,10 +89,6 @@ class Channels(StrEnum):
     ON = "on"
     OFF = "off"
     AUTO = "auto"  # told by the flags of the `claude` that runs the hook
-
-
-class HookError(Exception):
-    """Why the hook did nothing this time (said on stderr; the host goes on)."""
 
 
 @dataclass
@@ -421,22 +416,10 @@ def main(options: Options, stdin: str) -> int:
     """Run the hook for the event on ``stdin``; print its answer. Always 0: a hook
     that cannot do its work says why on stderr and lets the session go on."""
     done: list[Json] = []
-    failed: list[str] = []
-
-    def work() -> None:
-        try:
-            done.append(answer(options, stdin))
-        except HookError as e:
-            failed.append(str(e))
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    worker.join(HOOK_DEADLINE_S)
-    if worker.is_alive():
-        failed.append(f"Courier at {options.url} did not answer within "
-                      f"{HOOK_DEADLINE_S:g} s")
+    failed = bounded(lambda: done.append(answer(options, stdin)), HOOK_DEADLINE_S,
+                     options.url)
     if failed:
-        sys.stderr.write(f"courier hook: {failed[0]}; the session goes on without Courier\n")
+        sys.stderr.write(f"courier hook: {failed}; the session goes on without Courier\n")
     elif done and done[0]:
         sys.stdout.write(json.dumps(done[0]) + "\n")
     sys.stdout.flush()

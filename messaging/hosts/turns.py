@@ -28,17 +28,12 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-import httpx
-
-from messaging.client import CourierAPIError, CourierClient
+from messaging.client import CourierAPIError, CourierClient, CourierUnreachable
+from messaging.hosts.bounds import HOOK_DEADLINE_S, HookError, bounded
 from messaging.types import Json
-
-HOOK_DEADLINE_S = 2.0
 
 
 class TurnHost(StrEnum):
@@ -47,10 +42,6 @@ class TurnHost(StrEnum):
     CODEX = "codex"
     GEMINI = "gemini"
     CURSOR = "cursor"
-
-
-class HookError(Exception):
-    """Why the hook did nothing this time (said on stderr; the host goes on)."""
 
 
 @dataclass(frozen=True)
@@ -122,26 +113,9 @@ def report(host: TurnHost, url: str, token: str | None, payload: str) -> None:
             api.set_presence(state)
     except CourierAPIError as e:
         raise HookError(f"Courier refused: {e}") from None
-    except httpx.HTTPError as e:
-        raise HookError(f"Courier at {url} did not answer: {type(e).__name__}") from None
-
-
-def bounded(work: Callable[[], None], deadline_s: float, url: str) -> str | None:
-    """Run ``work`` for at most ``deadline_s``; why it did nothing, if it did not."""
-    failed: list[str] = []
-
-    def run() -> None:
-        try:
-            work()
-        except HookError as e:
-            failed.append(str(e))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(deadline_s)
-    if worker.is_alive():
-        return f"Courier at {url} did not answer within {deadline_s:g} s"
-    return failed[0] if failed else None
+    except CourierUnreachable as e:
+        raise HookError(f"Courier at {url} did not answer: {type(e.__cause__).__name__}") \
+            from None
 
 
 def main(host: TurnHost, url: str, token: str | None, payload: str | None) -> int:
