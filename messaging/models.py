@@ -546,10 +546,12 @@ class InboxQuery(BaseModel):
 class InboxRead(InboxQuery):
     """Query of ``GET /v1/agents/me/inbox``: the page, and whether the reader shows it."""
 
-    shown: bool = Field(False, description=(
-        "The caller shows these messages to its agent's conversation (a host putting them "
-        "into the session): records delivery_observed for each one returned. A read "
-        "without it observes nothing"))
+    shown: bool = Field(True, description=(
+        "Whether the caller shows these messages to the agent: true (the default: the "
+        "agent reading its own inbox) records delivery_observed for each one returned; "
+        "false for a reader that does not put what it reads into the agent's "
+        "conversation (a person at the CLI, a hook that records what it shows itself, a "
+        "script), which observes nothing"))
 
 
 class ThreadQuery(BaseModel):

@@ -622,7 +622,7 @@ def inbox(
 ) -> None:
     """Show one page of the inbox of the token's agent, oldest first."""
     page = call(url, token, CourierClient.inbox, cursor=cursor, limit=limit,
-                unread_only=unread_only or None, shown=shown or None, as_json=as_json)
+                unread_only=unread_only or None, shown=shown, as_json=as_json)
     if as_json:
         print_json(page)
         return

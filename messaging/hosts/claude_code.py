@@ -335,7 +335,9 @@ class Hook:
         channel events it is left to the channel for ``CHANNEL_WAIT_S``; otherwise the
         hook shows it.
         """
+        # shown=False: the hook records each message it shows, not each one it reads
         page = api.inbox(cursor=session.cursor or None, limit=FETCH_LIMIT, wake_only=True,
+                         shown=False,
                          unread_only=unread or None, unobserved_only=(not unread) or None,
                          body_max_chars=CONTEXT_MAX_CHARS)
         messages: list[Json] = page["messages"]

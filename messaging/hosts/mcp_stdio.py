@@ -199,7 +199,8 @@ class Upstream:
             CourierAPIError: the server refused.
             CourierUnreachable: no answer.
         """
-        return await self.api.inbox(cursor, limit=INBOX_PAGE, unread_only=True, wake_only=True)
+        return await self.api.inbox(cursor, limit=INBOX_PAGE, unread_only=True, wake_only=True,
+                                    shown=False)
 
     async def pushed(self, delivery_id: str) -> None:
         """Record that the delivery was pushed into the session (its ``pushed`` host

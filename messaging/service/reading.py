@@ -1,8 +1,9 @@
 """Reading: messages, threads, the inbox with exact cursors, read and ack, deliveries.
 
-Reading never dispatches, and reading alone observes nothing: ``delivery_observed``
-is recorded when the reader says it shows the mail to its agent's conversation
-(the inbox's ``shown``, ``POST /v1/deliveries/{id}/observed``, an MCP tool result).
+Reading never dispatches. ``delivery_observed`` is recorded where the reader shows
+the mail to the agent: the agent's own inbox read (unless it says ``shown=false``),
+``POST /v1/deliveries/{id}/observed``, an MCP tool result. A thread, a message or
+a stream read alone observes nothing.
 """
 
 from __future__ import annotations

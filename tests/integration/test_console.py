@@ -160,7 +160,7 @@ def test_a_thread_shows_rendered_markdown_and_each_delivery_timeline(console: Co
     assert names[:4] == ["admitted", "target_selected", "dispatch_started",
                          "provider_result_recorded"]
     assert "accepted" in page.inner_text(".delivery .delivery-head")
-    bob.api.inbox(shown=True)  # shown to the recipient: the timeline's last stage follows
+    bob.api.inbox()  # the recipient fetches: the timeline's last stage follows by polling
     page.wait_for_selector(".delivery li.stage.done[data-stage=delivery_observed]")
     assert console.errors == []
 

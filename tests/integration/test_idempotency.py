@@ -93,7 +93,7 @@ def test_a_replay_shows_the_delivery_observations_as_they_were_at_admission(proj
     alice, bob = project.agent("Alice"), project.agent("Bob")
     sent = alice.api.send(**BODY)
     settled(project, alice, sent)
-    bob.api.inbox(shown=True)  # the delivery is now observed
+    bob.api.inbox()  # the delivery is now observed
     [obs] = sent["delivery"]["observations"]
     assert alice.api.delivery(obs["delivery_id"])["stage"] == "delivery_observed"
     replay = alice.api.send(**BODY)

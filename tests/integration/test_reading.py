@@ -180,8 +180,7 @@ def test_wake_only_returns_wake_mail_and_leaves_quiet_mail_unobserved(project: P
     wake = alice.api.send("Bob", "now", "x")
     quiet = alice.api.send("Bob", "later", "x", notification_policy="quiet")
     arrived(project, bob, 2)
-    assert [m["id"] for m in bob.api.inbox(wake_only=True, shown=True)["messages"]] == [
-        wake["id"]]
+    assert [m["id"] for m in bob.api.inbox(wake_only=True)["messages"]] == [wake["id"]]
     stages = {m["id"]: project.admin.message_deliveries(m["id"])[0]["stage"]
               for m in (wake, quiet)}
     assert stages == {wake["id"]: "delivery_observed", quiet["id"]: "provider_result_recorded"}
@@ -191,7 +190,7 @@ def test_unobserved_only_leaves_out_what_was_observed_already(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     seen = alice.api.send("Bob", "seen", "x")
     arrived(project, bob, 1)
-    bob.api.inbox(shown=True)  # observed: this reader shows it to Bob
+    bob.api.inbox()  # observed by this read
     fresh = alice.api.send("Bob", "fresh", "x")
     arrived(project, bob, 2)
     found = [m["id"] for m in bob.api.inbox(unobserved_only=True)["messages"]]
@@ -220,19 +219,19 @@ def test_a_filtered_page_with_a_small_limit_moves_on_without_skipping(project: P
     assert found == [wanted[d] for d in order if d in wanted]
 
 
-def test_a_plain_read_of_the_inbox_observes_nothing(project: Project):
+def test_a_read_that_says_it_does_not_show_the_agent_observes_nothing(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     sent = alice.api.send("Bob", "Hi", "x")
     [obs] = sent["delivery"]["observations"]
     arrived(project, bob, 1)
-    assert [m["id"] for m in bob.api.inbox()["messages"]] == [sent["id"]]
-    assert [m["id"] for m in bob.api.inbox(unobserved_only=True)["messages"]] == [sent["id"]]
+    assert [m["id"] for m in bob.api.inbox(shown=False)["messages"]] == [sent["id"]]
+    assert [m["id"] for m in bob.api.inbox(unobserved_only=True, shown=False)["messages"]] == [
+        sent["id"]]
     after = alice.api.delivery(obs["delivery_id"])
     assert after["stage"] == "provider_result_recorded" and after["observed_ts"] is None
 
 
-def test_a_read_that_shows_records_delivery_observed_and_leaves_the_message_unread(
-        project: Project):
+def test_fetching_records_delivery_observed_and_leaves_the_message_unread(project: Project):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     sent = alice.api.send("Bob", "Hi", "x")
     [obs] = sent["delivery"]["observations"]
@@ -240,7 +239,7 @@ def test_a_read_that_shows_records_delivery_observed_and_leaves_the_message_unre
     before = alice.api.delivery(obs["delivery_id"])
     assert before["stage"] == "provider_result_recorded" and before["observed_ts"] is None
 
-    [item] = bob.api.inbox(shown=True)["messages"]
+    [item] = bob.api.inbox()["messages"]
 
     assert (item["delivery_id"], item["read_ts"], item["ack_ts"]) == (
         obs["delivery_id"], None, None)
@@ -539,7 +538,7 @@ def test_message_deliveries_list_every_recipient_for_the_sender_and_the_project(
     sent = alice.api.send("Bob", "Hi", "x", cc=["Carol"])
     arrived(project, bob, 1)
     arrived(project, carol, 1)
-    bob.api.inbox(shown=True)
+    bob.api.inbox()
     for reader in (alice.api, project.admin):
         rows = {d["agent_id"]: d for d in reader.message_deliveries(sent["id"])}
         assert set(rows) == {bob.id, carol.id}

@@ -27,6 +27,6 @@ async def send_as_human(project_id: str, body: SendIn, svc: Svc, who: Who) -> JS
 @router.get("/v1/projects/{project_id}/human/inbox", response_model=answers.InboxPage)
 async def human_inbox(project_id: str, q: Annotated[InboxRead, Query()], svc: Svc,
                       who: Who) -> JSONResponse:
-    """A page of the human inbox, oldest first; observed only when the caller says it shows
-    it (the console does)."""
+    """A page of the human inbox, oldest first; observed unless the caller says it does not
+    show it (``shown=false``)."""
     return ok(await human.human_inbox(svc.store, who, project_id, q, shown=q.shown))

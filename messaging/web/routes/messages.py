@@ -72,5 +72,6 @@ async def get_thread(thread_id: str, q: Annotated[ThreadQuery, Query()], svc: Sv
 
 @router.get("/v1/agents/me/inbox", response_model=answers.InboxPage)
 async def get_inbox(q: Annotated[InboxRead, Query()], svc: Svc, who: Who) -> JSONResponse:
-    """A page of the caller's inbox; observed only when the caller says it shows it."""
+    """A page of the caller's inbox; observed unless the caller says it does not show it
+    to the agent (``shown=false``)."""
     return ok(await reading.inbox(svc.store, who, q, shown=q.shown))

@@ -33,10 +33,10 @@ from tests.integration.test_operations import (
     test_a_token_over_its_rate_gets_429_with_retry_after,
 )
 from tests.integration.test_reading import (
-    test_a_read_that_shows_records_delivery_observed_and_leaves_the_message_unread,
     test_a_reply_keeps_the_thread_and_goes_to_the_original_sender,
     test_a_thread_lists_what_the_caller_may_see_oldest_first,
     test_ack_is_idempotent_keeps_the_read_time_and_returns_the_same_timestamps,
+    test_fetching_records_delivery_observed_and_leaves_the_message_unread,
     test_message_deliveries_list_every_recipient_for_the_sender_and_the_project,
 )
 from tests.integration.test_round_trip import (
@@ -82,7 +82,7 @@ __all__ = [
     "test_beat_sends_the_expired_notice_when_the_time_runs_out",
     "test_body_comes_back_byte_for_byte_and_all_five_stages_are_recorded",
     "test_every_word_must_match_in_subject_or_body",
-    "test_a_read_that_shows_records_delivery_observed_and_leaves_the_message_unread",
+    "test_fetching_records_delivery_observed_and_leaves_the_message_unread",
     "test_mail_is_indexed_after_the_store_forgot_its_scripts",
     "test_nothing_is_indexed_while_a_project_waits_on_the_shared_queue",
     "test_message_deliveries_list_every_recipient_for_the_sender_and_the_project",
