@@ -32,14 +32,6 @@ def _project(stack: Stack) -> tuple[CourierClient, str]:
     return stack.client(p["token"]), p["project_id"]
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    r.start()
-    yield r
-    r.stop()
-
-
 @pytest.mark.timeout(240)
 def test_killing_webhook_workers_mid_dispatch_leaves_no_delivery_stuck_or_doubled(
         tmp_path: Path, receiver: Receiver):

@@ -184,7 +184,7 @@ def test_the_tmux_recipe_types_nothing_a_peer_chose_into_a_bash_pane(
         assert notice(message["id"]) in screen
 
 
-def test_a_subject_the_environment_cannot_hold_reaches_the_command_escaped_and_watch_goes_on(
+def test_a_subject_with_a_format_character_reaches_the_command_escaped_and_watch_goes_on(
         project: Project, tmp_path: Path):
     alice, bob = project.agent("Alice"), project.agent("Bob")
     state, out = tmp_path / "agent.event", tmp_path / "out"
@@ -193,18 +193,18 @@ def test_a_subject_the_environment_cannot_hold_reaches_the_command_escaped_and_w
     watch = watching(project, bob, env, "--count", "2", "--state-file", str(state), "--exec",
                      f'printf "%s|%s\\n" "$COURIER_MESSAGE_SUBJECT" "$(cat {state})" >> {out}')
     try:
-        try:
-            first = alice.api.send("Bob", "FYI\x00\x15touch x #\x1b", "hi")
-        except CourierAPIError as e:
-            assert e.code == "INVALID_ARGUMENT"
-            pytest.skip("the server refuses a control character in a subject (422): "
-                        "tests/unit/test_watch_fields.py checks the environment's escaping")
+        # A control character never gets this far: the server refuses it (422). A
+        # format character (a right-to-left override) is admitted, and is escaped here.
+        with pytest.raises(CourierAPIError) as refused:
+            alice.api.send("Bob", "FYI\x00\x15touch x #\x1b", "hi")
+        assert refused.value.code == "INVALID_ARGUMENT"
+        first = alice.api.send("Bob", "FYI \u202eexe.txt", "hi")
         second = alice.api.send("Bob", "next", "hi")
         err = ended(watch)
     finally:
         stop(watch)
     runs = [line.split("|") for line in out.read_text().splitlines()]
-    assert [subject for subject, _ in runs] == ["FYI\\x00\\x15touch x #\\x1b", "next"]
+    assert [subject for subject, _ in runs] == ["FYI \\u202eexe.txt", "next"]
     assert all(at for _, at in runs) and runs[0][1] != runs[1][1]  # recorded before each run
     assert f"courier watch: {first['id']}: COURIER_MESSAGE_SUBJECT escaped" in err
     assert second["id"] not in err
